@@ -1,0 +1,232 @@
+// Package coordinator ties the pieces of Sparkles together: it creates
+// sandboxes, boots one agent per sandbox, runs prompts as turns, routes
+// approvals, and appends the curated events that translate produces to the
+// Store. The HTTP layer talks to it; it talks to agent, translate and a Store.
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// Config is what a Coordinator needs. Zero durations take the defaults.
+type Config struct {
+	Store   Store
+	DataDir string // sandbox working directories live under DataDir/sandboxes/<id>/work
+	// Agents maps agent names to the command that starts them. With no
+	// agents at all, sandboxes have no runtime and go straight to ready
+	// (the event log alone, as embedded tests use it).
+	Agents       map[string][]string
+	DefaultAgent string
+
+	BootTimeout     time.Duration // default 30s
+	TurnTimeout     time.Duration // default 30m
+	ApprovalTimeout time.Duration // default 10m
+	FlushInterval   time.Duration // default 50ms
+
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// Coordinator runs sandboxes. Its methods are safe for concurrent use.
+type Coordinator struct {
+	cfg   Config
+	store Store
+	log   *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	boxes map[string]*box
+}
+
+// CreateParams is the body of a create request.
+type CreateParams struct {
+	Agent    string            `json:"agent,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Secrets  map[string]string `json:"secrets,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// config is the private part of a sandbox kept in the store: never answered.
+type config struct {
+	Env     map[string]string `json:"env,omitempty"`
+	Secrets map[string]string `json:"secrets,omitempty"`
+}
+
+// Limits on create requests, so one request cannot make a huge record.
+const (
+	maxMapEntries = 64
+	maxKeyLen     = 256
+	maxValueLen   = 16 << 10
+)
+
+// New returns a Coordinator over cfg.Store.
+func New(cfg Config) (*Coordinator, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("coordinator: no store")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.BootTimeout, 30*time.Second)
+	def(&cfg.TurnTimeout, 30*time.Minute)
+	def(&cfg.ApprovalTimeout, 10*time.Minute)
+	def(&cfg.FlushInterval, 50*time.Millisecond)
+	if cfg.DefaultAgent == "" && len(cfg.Agents) > 0 {
+		names := slices.Sorted(maps.Keys(cfg.Agents))
+		cfg.DefaultAgent = names[0]
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Coordinator{cfg: cfg, store: cfg.Store, log: cfg.Logger, ctx: ctx, cancel: cancel, boxes: map[string]*box{}}, nil
+}
+
+func (c *Coordinator) now() time.Time { return c.cfg.Now().UTC() }
+
+func checkMap(field string, m map[string]string) error {
+	if len(m) > maxMapEntries {
+		return sandbox.Errorf(sandbox.EInvalidRequest, "%s has %d entries; at most %d are allowed", field, len(m), maxMapEntries)
+	}
+	for k, v := range m {
+		if k == "" || len(k) > maxKeyLen {
+			return sandbox.Errorf(sandbox.EInvalidRequest, "%s keys must be 1 to %d bytes", field, maxKeyLen)
+		}
+		if len(v) > maxValueLen {
+			return sandbox.Errorf(sandbox.EInvalidRequest, "%s[%q] is longer than %d bytes", field, k, maxValueLen)
+		}
+	}
+	return nil
+}
+
+// CreateSandbox stores a new sandbox and boots its agent in the background.
+func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbox.Sandbox, error) {
+	for _, f := range []struct {
+		name string
+		m    map[string]string
+	}{{"env", p.Env}, {"secrets", p.Secrets}, {"metadata", p.Metadata}} {
+		if err := checkMap(f.name, f.m); err != nil {
+			return sandbox.Sandbox{}, err
+		}
+	}
+	agentName := p.Agent
+	if len(c.cfg.Agents) > 0 {
+		if agentName == "" {
+			agentName = c.cfg.DefaultAgent
+		}
+		if _, ok := c.cfg.Agents[agentName]; !ok {
+			return sandbox.Sandbox{}, sandbox.Errorf(sandbox.EInvalidRequest,
+				"unknown agent %q; this server has: %v", agentName, slices.Sorted(maps.Keys(c.cfg.Agents)))
+		}
+	} else if agentName != "" {
+		return sandbox.Sandbox{}, sandbox.Errorf(sandbox.EInvalidRequest, "unknown agent %q; this server runs no agents", agentName)
+	}
+	now := c.now()
+	sb := sandbox.Sandbox{
+		ID:        sandbox.NewID(sandbox.PrefixSandbox),
+		Object:    "sandbox",
+		Status:    sandbox.StatusCreating,
+		Agent:     agentName,
+		CreatedAt: now,
+		UpdatedAt: now,
+		Metadata:  p.Metadata,
+	}
+	if sb.Metadata == nil {
+		sb.Metadata = map[string]string{}
+	}
+	if len(c.cfg.Agents) == 0 {
+		sb.Status = sandbox.StatusReady
+	}
+	cfgJSON, err := json.Marshal(config{Env: p.Env, Secrets: p.Secrets})
+	if err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	if err := c.store.Create(ctx, sb, cfgJSON); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	if len(c.cfg.Agents) > 0 {
+		b, err := c.box(sb.ID)
+		if err != nil {
+			return sandbox.Sandbox{}, err
+		}
+		if err := b.do(ctx, b.boot); err != nil {
+			return sandbox.Sandbox{}, err
+		}
+	}
+	return c.store.Sandbox(ctx, sb.ID)
+}
+
+// Sandbox returns one sandbox.
+func (c *Coordinator) Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error) {
+	return c.store.Sandbox(ctx, id)
+}
+
+// Sandboxes lists sandboxes in creation order.
+func (c *Coordinator) Sandboxes(ctx context.Context, after string, limit int) ([]sandbox.Sandbox, bool, error) {
+	return c.store.Sandboxes(ctx, after, limit)
+}
+
+// State returns the snapshot state of a sandbox.
+func (c *Coordinator) State(ctx context.Context, id string) (sandbox.State, error) {
+	return c.store.State(ctx, id)
+}
+
+// Read reads a page of a sandbox's log; see Store.Read.
+func (c *Coordinator) Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error) {
+	return c.store.Read(ctx, id, after, limit)
+}
+
+// Head returns the tip of a sandbox's log and its status.
+func (c *Coordinator) Head(id string) (Head, error) { return c.store.Head(id) }
+
+// Wait returns a channel closed at the next change of a sandbox's log or state.
+func (c *Coordinator) Wait(id string) <-chan struct{} { return c.store.Wait(id) }
+
+// Turn returns a turn of a sandbox.
+func (c *Coordinator) Turn(ctx context.Context, id, turnID string) (sandbox.Turn, error) {
+	if _, err := c.store.Sandbox(ctx, id); err != nil {
+		return sandbox.Turn{}, err
+	}
+	return c.store.Turn(ctx, id, turnID)
+}
+
+// AppendEvents appends curated events to a sandbox's log. The agent runtime
+// appends through the same path; it is exported for embedding and tests.
+func (c *Coordinator) AppendEvents(ctx context.Context, id string, events ...*sandbox.Event) error {
+	now := c.now()
+	for _, ev := range events {
+		if !ev.Type.Durable() {
+			return sandbox.Errorf(sandbox.EInvalidRequest, "%s events are not durable", ev.Type)
+		}
+		if ev.TS.IsZero() {
+			ev.TS = now
+		}
+		ev.SandboxID = id
+	}
+	return c.store.Append(ctx, id, events, nil)
+}
+
+// Close stops every sandbox runtime: running turns are completed as
+// canceled and agents are stopped. The store stays open; its owner closes it.
+func (c *Coordinator) Close() error {
+	c.cancel()
+	c.wg.Wait()
+	return nil
+}

@@ -1,0 +1,60 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error types of SPEC §5. The HTTP layer maps each to its status.
+const (
+	EInvalidRequest       = "invalid_request"
+	EInvalidCursor        = "invalid_cursor"
+	EUnauthorized         = "unauthorized"
+	EForbidden            = "forbidden"
+	ENotFound             = "not_found"
+	EConflict             = "conflict"
+	ETurnInProgress       = "turn_in_progress"
+	EApprovalResolved     = "approval_resolved"
+	ECursorPruned         = "cursor_pruned"
+	ECursorStale          = "cursor_stale"
+	EPayloadTooLarge      = "payload_too_large"
+	EUnsupportedMediaType = "unsupported_media_type"
+	EInternal             = "internal"
+)
+
+// Error is an error of the public vocabulary: a type of SPEC §5 and a message
+// written for the person who reads it. Cursor errors also carry the log's
+// watermarks so a client can recover.
+type Error struct {
+	Type    string
+	Message string
+	// Watermarks, set on cursor_pruned and cursor_stale.
+	Marks *Marks
+}
+
+// Marks are the watermarks of one sandbox's log.
+type Marks struct {
+	OldestEventID Seq `json:"oldest_event_id"`
+	PrunedThrough Seq `json:"pruned_through"`
+	LastEventID   Seq `json:"last_event_id"`
+}
+
+func (e *Error) Error() string { return e.Type + ": " + e.Message }
+
+// Errorf returns an *Error of the given type.
+func Errorf(typ, format string, args ...any) *Error {
+	return &Error{Type: typ, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorType returns the public type of err: its own for an *Error anywhere in
+// the chain, internal for anything else.
+func ErrorType(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Type
+	}
+	return EInternal
+}
+
+// IsType reports whether err is an *Error of the given type.
+func IsType(err error, typ string) bool { return err != nil && ErrorType(err) == typ }

@@ -1,0 +1,257 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Seq is an event id in a resource or payload (last_event_id and friends). It
+// is written as a decimal string like the envelope id; 0 means "none".
+type Seq uint64
+
+// MarshalJSON writes the id as a decimal string.
+func (s Seq) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 22)
+	b = append(b, '"')
+	b = strconv.AppendUint(b, uint64(s), 10)
+	return append(b, '"'), nil
+}
+
+// UnmarshalJSON accepts a decimal string or a JSON number.
+func (s *Seq) UnmarshalJSON(b []byte) error {
+	str := string(b)
+	if str == "null" {
+		*s = 0
+		return nil
+	}
+	if len(str) >= 2 && str[0] == '"' {
+		str = str[1 : len(str)-1]
+	}
+	v, err := strconv.ParseUint(str, 10, 64)
+	if err != nil {
+		return fmt.Errorf("event id %s: %w", b, err)
+	}
+	*s = Seq(v)
+	return nil
+}
+
+// Status values of a sandbox.
+const (
+	StatusCreating = "creating"
+	StatusBooting  = "booting"
+	StatusReady    = "ready"
+	StatusStopping = "stopping"
+	StatusStopped  = "stopped"
+	StatusFailed   = "failed"
+	StatusDeleted  = "deleted"
+)
+
+// Turn statuses.
+const (
+	TurnQueued    = "queued"
+	TurnRunning   = "running"
+	TurnSucceeded = "succeeded"
+	TurnFailed    = "failed"
+	TurnCanceled  = "canceled"
+)
+
+// Stop reasons of a completed turn.
+const (
+	StopEndTurn         = "end_turn"
+	StopMaxTokens       = "max_tokens"
+	StopMaxTurnRequests = "max_turn_requests"
+	StopRefusal         = "refusal"
+	StopCanceled        = "canceled"
+	StopError           = "error"
+)
+
+// Message part kinds.
+const (
+	PartText      = "text"
+	PartReasoning = "reasoning"
+)
+
+// Tool kinds and statuses.
+const (
+	ToolKindRead    = "read"
+	ToolKindEdit    = "edit"
+	ToolKindDelete  = "delete"
+	ToolKindMove    = "move"
+	ToolKindSearch  = "search"
+	ToolKindExecute = "execute"
+	ToolKindThink   = "think"
+	ToolKindFetch   = "fetch"
+	ToolKindOther   = "other"
+
+	ToolPending   = "pending"
+	ToolRunning   = "running"
+	ToolCompleted = "completed"
+	ToolFailed    = "failed"
+	ToolCanceled  = "canceled"
+)
+
+// Approval option kinds, decisions and reasons.
+const (
+	OptionAllowOnce    = "allow_once"
+	OptionAllowAlways  = "allow_always"
+	OptionRejectOnce   = "reject_once"
+	OptionRejectAlways = "reject_always"
+
+	DecisionApproved = "approved"
+	DecisionDenied   = "denied"
+	DecisionCanceled = "canceled"
+	DecisionFailed   = "failed"
+
+	ReasonUser         = "user"
+	ReasonTimeout      = "timeout"
+	ReasonTurnCanceled = "turn_canceled"
+	ReasonAgentExited  = "agent_exited"
+
+	ApprovalPending  = "pending"
+	ApprovalDone     = "resolved"
+)
+
+// sandbox.error codes.
+const (
+	ErrAgentStartFailed     = "agent_start_failed"
+	ErrAgentExited          = "agent_exited"
+	ErrProtocol             = "protocol_error"
+	ErrTurnTimeout          = "turn_timeout"
+	ErrCoordinatorRestarted = "coordinator_restarted"
+	ErrInternal             = "internal"
+)
+
+// SandboxStatus is the data of a transient sandbox.status frame.
+type SandboxStatus struct {
+	Status string `json:"status"`
+	Detail string `json:"detail"`
+}
+
+// Input is one element of a turn's input.
+type Input struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// TextInput is the input of a turn prompted with plain text.
+func TextInput(text string) []Input { return []Input{{Type: "text", Text: text}} }
+
+// TurnStarted is the data of turn.started.
+type TurnStarted struct {
+	Input []Input `json:"input"`
+}
+
+// ErrorInfo is a public {code, message} pair.
+type ErrorInfo struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Usage is the token usage an agent reported for a turn, when it did.
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	TotalTokens  int64 `json:"total_tokens"`
+}
+
+// TurnCompleted is the data of turn.completed.
+type TurnCompleted struct {
+	Status     string     `json:"status"`
+	StopReason string     `json:"stop_reason"`
+	Error      *ErrorInfo `json:"error"`
+	DurationMS int64      `json:"duration_ms"`
+	Usage      *Usage     `json:"usage"`
+}
+
+// MessageUpdated is the data of message.updated: the whole part so far.
+type MessageUpdated struct {
+	MessageID string `json:"message_id"`
+	PartID    string `json:"part_id"`
+	Index     int    `json:"index"`
+	Kind      string `json:"kind"`
+	Text      string `json:"text"`
+}
+
+// Part is one part of a completed message.
+type Part struct {
+	PartID string `json:"part_id"`
+	Index  int    `json:"index"`
+	Kind   string `json:"kind"`
+	Text   string `json:"text"`
+}
+
+// MessageCompleted is the data of message.completed.
+type MessageCompleted struct {
+	MessageID string `json:"message_id"`
+	Parts     []Part `json:"parts"`
+	Text      string `json:"text"`
+}
+
+// Location is a place a tool touches, relative to the sandbox directory.
+type Location struct {
+	Path string `json:"path"`
+	Line *int   `json:"line"`
+}
+
+// ToolUpdated is the data of tool.updated: the whole curated tool state.
+type ToolUpdated struct {
+	ToolCallID string     `json:"tool_call_id"`
+	Title      string     `json:"title"`
+	Kind       string     `json:"kind"`
+	Status     string     `json:"status"`
+	Locations  []Location `json:"locations"`
+}
+
+// Option is one choice of an approval.
+type Option struct {
+	OptionID string `json:"option_id"`
+	Kind     string `json:"kind"`
+	Label    string `json:"label"`
+}
+
+// ApprovalRequested is the data of approval.requested.
+type ApprovalRequested struct {
+	ApprovalID string    `json:"approval_id"`
+	ToolCallID string    `json:"tool_call_id"`
+	Title      string    `json:"title"`
+	Kind       string    `json:"kind"`
+	Options    []Option  `json:"options"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// MarshalJSON writes expires_at with millisecond precision like every ts.
+func (a ApprovalRequested) MarshalJSON() ([]byte, error) {
+	type plain ApprovalRequested
+	return json.Marshal(struct {
+		plain
+		ExpiresAt string `json:"expires_at"`
+	}{plain(a), a.ExpiresAt.UTC().Format(TimeFormat)})
+}
+
+// ApprovalResolved is the data of approval.resolved.
+type ApprovalResolved struct {
+	ApprovalID string `json:"approval_id"`
+	Decision   string `json:"decision"`
+	OptionID   string `json:"option_id"`
+	Reason     string `json:"reason"`
+}
+
+// SandboxError is the data of sandbox.error.
+type SandboxError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Snapshot is the data of the snapshot frame.
+type Snapshot struct {
+	Sandbox       Sandbox             `json:"sandbox"`
+	Turn          *Turn               `json:"turn"`
+	Messages      []MessageUpdated    `json:"messages"`
+	Tools         []ToolUpdated       `json:"tools"`
+	Approvals     []ApprovalRequested `json:"approvals"`
+	LastEventID   Seq                 `json:"last_event_id"`
+	OldestEventID Seq                 `json:"oldest_event_id"`
+	PrunedThrough Seq                 `json:"pruned_through"`
+}

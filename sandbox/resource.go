@@ -1,0 +1,70 @@
+package sandbox
+
+import (
+	"crypto/rand"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Sandbox is the public sandbox resource. Env and secret values are never
+// part of it; the coordinator keeps them in its private Config.
+type Sandbox struct {
+	ID            string            `json:"id"`
+	Object        string            `json:"object"`
+	Status        string            `json:"status"`
+	StatusDetail  string            `json:"status_detail"`
+	Agent         string            `json:"agent"`
+	CreatedAt     time.Time         `json:"created_at"`
+	UpdatedAt     time.Time         `json:"updated_at"`
+	Metadata      map[string]string `json:"metadata"`
+	CurrentTurn   *Turn             `json:"current_turn"`
+	LastEventID   Seq               `json:"last_event_id"`
+	OldestEventID Seq               `json:"oldest_event_id"`
+	PrunedThrough Seq               `json:"pruned_through"`
+}
+
+// Turn is the public turn resource.
+type Turn struct {
+	ID          string     `json:"id"`
+	Object      string     `json:"object"`
+	SandboxID   string     `json:"sandbox_id"`
+	Status      string     `json:"status"`
+	Input       []Input    `json:"input"`
+	CreatedAt   time.Time  `json:"created_at"`
+	CompletedAt *time.Time `json:"completed_at"`
+	StopReason  *string    `json:"stop_reason"`
+}
+
+// Done reports whether the turn has settled.
+func (t *Turn) Done() bool {
+	return t.Status == TurnSucceeded || t.Status == TurnFailed || t.Status == TurnCanceled
+}
+
+// Approval is the public approval resource.
+type Approval struct {
+	ID        string  `json:"id"`
+	Object    string  `json:"object"`
+	SandboxID string  `json:"sandbox_id"`
+	TurnID    string  `json:"turn_id"`
+	Status    string  `json:"status"`
+	Decision  *string `json:"decision"`
+	OptionID  *string `json:"option_id"`
+}
+
+// Id prefixes of SPEC §3.
+const (
+	PrefixSandbox  = "c_"
+	PrefixTurn     = "turn_"
+	PrefixMessage  = "msg_"
+	PrefixPart     = "part_"
+	PrefixTool     = "tool_"
+	PrefixApproval = "appr_"
+)
+
+// NewID returns a fresh id with the given prefix: a lower-case ULID, so ids of
+// one kind sort by creation time.
+func NewID(prefix string) string {
+	return prefix + strings.ToLower(ulid.MustNew(ulid.Now(), rand.Reader).String())
+}

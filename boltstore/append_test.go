@@ -1,0 +1,453 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+func TestAppend(t *testing.T) {
+	ctx := context.Background()
+	t.Run("OK", func(t *testing.T) {
+		s := MustOpenStore(t)
+		mustCreate(t, s, "c_1")
+		evs := []*sandbox.Event{textEvent("", "part_1", "a"), textEvent("", "part_1", "ab")}
+		if got, want := mustAppend(t, s, "c_1", evs...), []uint64{1, 2}; !slices.Equal(got, want) {
+			t.Fatalf("ids = %v, want %v", got, want)
+		}
+		if got, want := mustAppend(t, s, "c_1", textEvent("", "part_1", "abc")), []uint64{3}; !slices.Equal(got, want) {
+			t.Fatalf("ids = %v, want %v", got, want)
+		}
+		recs := mustRead(t, s, "c_1", 0, 10)
+		if got, want := recordIDs(recs), []uint64{1, 2, 3}; !slices.Equal(got, want) {
+			t.Fatalf("read ids = %v, want %v", got, want)
+		}
+		for i, text := range []string{"a", "ab", "abc"} {
+			ev, err := recs[i].Decode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := ev.Data.(*sandbox.MessageUpdated).Text, text; got != want || ev.ID != recs[i].ID {
+				t.Fatalf("record %d: id %d text %q, want id %d text %q", i, ev.ID, got, recs[i].ID, want)
+			}
+		}
+		if got, want := evs[0].SandboxID, "c_1"; got != want {
+			t.Fatalf("SandboxID = %q, want %q", got, want)
+		}
+	})
+	t.Run("Golden", func(t *testing.T) {
+		s := MustOpenStore(t)
+		mustCreate(t, s, "c_1")
+		ev := textEvent("", "part_1", "hi <b>")
+		ev.TS = testNow
+		mustAppend(t, s, "c_1", ev)
+		const want = `{"id":"1","object":"sandbox.event","version":"v1","type":"message.updated",` +
+			`"ts":"2026-08-06T12:00:00.123Z","sandbox_id":"c_1","turn_id":null,` +
+			`"data":{"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"hi \u003cb\u003e"}}`
+		recs := mustRead(t, s, "c_1", 0, 1)
+		if got := string(recs[0].JSON); got != want {
+			t.Fatalf("record JSON\n got %s\nwant %s", got, want)
+		}
+		if got, want := recs[0].Type, sandbox.TypeMessageUpdated; got != want {
+			t.Fatalf("record type = %q, want %q", got, want)
+		}
+		// On disk: 8-byte big-endian key, then type length, type, envelope.
+		err := s.db.View(func(tx *bbolt.Tx) error {
+			k, v := sandboxBucket(tx, "c_1").Bucket(bucketEvents).Cursor().First()
+			if got, want := string(k), "\x00\x00\x00\x00\x00\x00\x00\x01"; got != want {
+				return fmt.Errorf("key = %q, want %q", got, want)
+			}
+			if got, want := string(v), "\x0fmessage.updated"+want; got != want {
+				return fmt.Errorf("value = %q, want %q", got, want)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("TurnID", func(t *testing.T) {
+		s := MustOpenStore(t)
+		mustCreate(t, s, "c_1")
+		mustAppend(t, s, "c_1", textEvent("turn_1", "part_1", "x"))
+		ev, err := mustRead(t, s, "c_1", 0, 1)[0].Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := ev.TurnID, "turn_1"; got != want {
+			t.Fatalf("turn_id = %q, want %q", got, want)
+		}
+		if got, want := ev.TS, testNow.UTC().Truncate(time.Millisecond); !got.Equal(want) {
+			t.Fatalf("ts = %v, want the store clock %v", got, want)
+		}
+	})
+	t.Run("ErrInvalidRequest", func(t *testing.T) {
+		s := MustOpenStore(t)
+		mustCreate(t, s, "c_1")
+		for name, ev := range map[string]*sandbox.Event{
+			"Transient":    {Type: sandbox.TypeSandboxStatus, Data: &sandbox.SandboxStatus{Status: "ready"}},
+			"OtherSandbox": {Type: sandbox.TypeSandboxError, SandboxID: "c_2", Data: &sandbox.SandboxError{Code: "internal"}},
+			"Nil":          nil,
+		} {
+			err := s.Append(ctx, "c_1", []*sandbox.Event{ev}, nil)
+			if got, want := errType(err), sandbox.EInvalidRequest; got != want {
+				t.Fatalf("%s: err = %v, want %s", name, err, want)
+			}
+		}
+		if head, _ := s.Head("c_1"); head.LastEventID != 0 {
+			t.Fatalf("rejected appends wrote events: last id %d", head.LastEventID)
+		}
+	})
+	t.Run("ErrCanceled", func(t *testing.T) {
+		s := MustOpenStore(t)
+		mustCreate(t, s, "c_1")
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := s.Append(cctx, "c_1", textEvents(1), nil); !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+		if head, _ := s.Head("c_1"); head.LastEventID != 0 {
+			t.Fatalf("canceled append wrote events: last id %d", head.LastEventID)
+		}
+	})
+}
+
+// stallCommitter blocks the committer inside a transaction until release
+// is called, so that requests enqueued meanwhile form the next batch
+// together, in the order they were enqueued.
+func stallCommitter(t *testing.T, s *Store, id string) (release func()) {
+	t.Helper()
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Append(context.Background(), id, nil, func(*sandbox.State) error {
+			close(entered)
+			<-unblock
+			return nil
+		})
+	}()
+	<-entered
+	return func() {
+		close(unblock)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// enqueueAppend does what Append does up to the queue and returns the
+// request, so a test controls what shares a batch.
+func enqueueAppend(t *testing.T, s *Store, id string, evs []*sandbox.Event, mutate func(*sandbox.State) error) (*request, *appendWrite) {
+	t.Helper()
+	w, err := s.newAppend(id, evs, mutate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.enqueue(context.Background(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, w
+}
+
+func TestAppendMutate(t *testing.T) {
+	ctx := context.Background()
+	t.Run("OK", func(t *testing.T) {
+		s := MustOpenStore(t)
+		mustCreate(t, s, "c_1")
+		err := s.Append(ctx, "c_1", nil, func(st *sandbox.State) error {
+			st.Sandbox.Status, st.Sandbox.StatusDetail = sandbox.StatusStopping, "shutting down"
+			st.Sandbox.LastEventID = 99 // watermarks belong to the log
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, err := s.Head("c_1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if head.Status != sandbox.StatusStopping || head.Detail != "shutting down" || head.LastEventID != 0 {
+			t.Fatalf("head = %+v, want stopping, shutting down, last 0", head)
+		}
+	})
+	t.Run("ErrFailsOnlyItsCaller", func(t *testing.T) {
+		s := MustOpenStore(t)
+		mustCreate(t, s, "c_1")
+		mustCreate(t, s, "c_2")
+		var commits int
+		s.afterCommit = func(map[string]uint64) { commits++ }
+		release := stallCommitter(t, s, "c_2")
+
+		errMutate := errors.New("turn in progress")
+		r1, _ := enqueueAppend(t, s, "c_1", textEvents(1), nil)
+		failed := textEvents(2)
+		r2, w2 := enqueueAppend(t, s, "c_1", failed, func(st *sandbox.State) error {
+			st.Sandbox.Status = sandbox.StatusFailed // must be discarded
+			st.Messages = append(st.Messages, sandbox.MessageUpdated{PartID: "part_x"})
+			return errMutate
+		})
+		r3, _ := enqueueAppend(t, s, "c_1", textEvents(1), nil)
+		release()
+
+		if err := <-r1.done; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-r2.done; !errors.Is(err, errMutate) {
+			t.Fatalf("failing mutate: err = %v, want %v", err, errMutate)
+		}
+		if err := <-r3.done; err != nil {
+			t.Fatal(err)
+		}
+		if got, want := commits, 2; got != want { // the stalled one, then one batch
+			t.Fatalf("commits = %d, want %d", got, want)
+		}
+		if got, want := w2.ids, []uint64{0, 0}; !slices.Equal(got, want) {
+			t.Fatalf("failed append was assigned ids %v", got)
+		}
+		if got, want := recordIDs(mustRead(t, s, "c_1", 0, 10)), []uint64{1, 2}; !slices.Equal(got, want) {
+			t.Fatalf("log = %v, want %v", got, want)
+		}
+		st, err := s.State(ctx, "c_1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Sandbox.Status != sandbox.StatusReady || len(st.Messages) != 1 || st.Sandbox.LastEventID != 2 {
+			t.Fatalf("state = %s, want ready with one part and last id 2", mustJSON(t, st))
+		}
+	})
+	t.Run("ErrPanic", func(t *testing.T) {
+		s := MustOpenStore(t)
+		mustCreate(t, s, "c_1")
+		err := s.Append(ctx, "c_1", textEvents(1), func(*sandbox.State) error { panic("bug") })
+		if err == nil {
+			t.Fatal("append with a panicking mutate succeeded")
+		}
+		if got, want := mustAppend(t, s, "c_1", textEvents(1)...), []uint64{1}; !slices.Equal(got, want) {
+			t.Fatalf("ids after a panic = %v, want %v", got, want)
+		}
+	})
+}
+
+func TestRead(t *testing.T) {
+	ctx := context.Background()
+	for _, cache := range []int{1, 3, 1024} { // disk only, mixed, memory only
+		t.Run(fmt.Sprintf("Cache%d", cache), func(t *testing.T) {
+			s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: cache})
+			mustCreate(t, s, "c_1")
+			for range 6 {
+				mustAppend(t, s, "c_1", textEvents(1)...)
+			}
+			for after := uint64(0); after <= 6; after++ {
+				for _, limit := range []int{1, 2, 10} {
+					want := seq(after+1, min(after+uint64(limit), 6))
+					if got := recordIDs(mustRead(t, s, "c_1", after, limit)); !slices.Equal(got, want) {
+						t.Fatalf("Read(after %d, limit %d) = %v, want %v", after, limit, got, want)
+					}
+				}
+			}
+			t.Run("ErrCursorStale", func(t *testing.T) {
+				_, err := s.Read(ctx, "c_1", 7, 10)
+				var serr *sandbox.Error
+				if !errors.As(err, &serr) || serr.Type != sandbox.ECursorStale || serr.Marks == nil {
+					t.Fatalf("err = %v, want cursor_stale with marks", err)
+				}
+				if got, want := *serr.Marks, (sandbox.Marks{OldestEventID: 1, LastEventID: 6}); got != want {
+					t.Fatalf("marks = %+v, want %+v", got, want)
+				}
+			})
+			t.Run("ErrInvalidRequest", func(t *testing.T) {
+				_, err := s.Read(ctx, "c_1", 0, 0)
+				if got, want := errType(err), sandbox.EInvalidRequest; got != want {
+					t.Fatalf("err = %v, want %s", err, want)
+				}
+			})
+		})
+	}
+}
+
+func TestWait(t *testing.T) {
+	s := MustOpenStore(t)
+	mustCreate(t, s, "c_1")
+	mustCreate(t, s, "c_2")
+	t.Run("Append", func(t *testing.T) {
+		ch, other := s.Wait("c_1"), s.Wait("c_2")
+		if isClosed(ch) {
+			t.Fatal("wait channel closed before any change")
+		}
+		if got := recordIDs(mustRead(t, s, "c_1", 0, 10)); len(got) != 0 {
+			t.Fatalf("read = %v, want nothing yet", got)
+		}
+		mustAppend(t, s, "c_1", textEvents(1)...)
+		waitClosed(t, ch, "append")
+		if isClosed(other) {
+			t.Fatal("an append to c_1 woke the waiters of c_2")
+		}
+		if isClosed(s.Wait("c_1")) {
+			t.Fatal("Wait after a wake-up returned a closed channel")
+		}
+	})
+	t.Run("Mutate", func(t *testing.T) {
+		ch := s.Wait("c_1")
+		err := s.Append(context.Background(), "c_1", nil, func(st *sandbox.State) error {
+			st.Sandbox.Status = sandbox.StatusStopped
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitClosed(t, ch, "state change")
+	})
+	t.Run("Prune", func(t *testing.T) {
+		ch := s.Wait("c_1")
+		if _, err := s.Prune(context.Background(), "c_1", 1, 10); err != nil {
+			t.Fatal(err)
+		}
+		waitClosed(t, ch, "prune")
+	})
+	t.Run("Drop", func(t *testing.T) {
+		ch := s.Wait("c_2")
+		if err := s.Drop(context.Background(), "c_2"); err != nil {
+			t.Fatal(err)
+		}
+		waitClosed(t, ch, "drop")
+		if !isClosed(s.Wait("c_2")) {
+			t.Fatal("Wait on a dropped sandbox returned an open channel")
+		}
+	})
+}
+
+// TestAppendConcurrent runs 100 writers over 20 sandboxes with readers
+// polling the tail. Durability before visibility is checked with the
+// afterCommit hook: it runs after the transaction's commit (and fsync) has
+// returned and before anything is published, and records the last committed
+// id of each sandbox. A reader that sees id N checks that N was recorded;
+// if the store published before committing, the reader could see N first.
+// Append's own return is too late a witness (readers may legitimately see an
+// event before its writer is acknowledged), a reopen of the file is
+// impossible while it is locked, and the hook is exactly the commit point.
+func TestAppendConcurrent(t *testing.T) {
+	const (
+		writers   = 100
+		sandboxes = 20
+		appends   = 20
+	)
+	ctx := context.Background()
+	// A cache smaller than the backlog makes readers that fall behind read
+	// the file, so both paths are exercised.
+	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: 16, MaxBatch: 64})
+	ids := make([]string, sandboxes)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("c_%02d", i)
+		mustCreate(t, s, ids[i])
+	}
+	var mu sync.Mutex
+	committed := make(map[string]uint64)
+	s.afterCommit = func(last map[string]uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		for id, n := range last {
+			committed[id] = max(committed[id], n)
+		}
+	}
+
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	readErrs := make(chan error, sandboxes)
+	for _, id := range ids {
+		readers.Go(func() {
+			var cursor uint64
+			for {
+				wait := s.Wait(id)
+				recs, err := s.Read(ctx, id, cursor, 7)
+				if err != nil {
+					readErrs <- err
+					return
+				}
+				for _, rec := range recs {
+					mu.Lock()
+					durable := rec.ID <= committed[id]
+					mu.Unlock()
+					if !durable {
+						readErrs <- fmt.Errorf("%s: read id %d before it was committed", id, rec.ID)
+						return
+					}
+					if rec.ID != cursor+1 {
+						readErrs <- fmt.Errorf("%s: read id %d after %d", id, rec.ID, cursor)
+						return
+					}
+					cursor = rec.ID
+				}
+				if len(recs) > 0 {
+					continue
+				}
+				select {
+				case <-wait:
+				case <-stop:
+					if head, _ := s.Head(id); cursor == head.LastEventID {
+						return
+					}
+				}
+			}
+		})
+	}
+
+	var writersWG sync.WaitGroup
+	got := make([][]uint64, writers)
+	writeErrs := make(chan error, writers)
+	for w := range writers {
+		writersWG.Go(func() {
+			id := ids[w%sandboxes]
+			for i := range appends {
+				evs := textEvents(1 + i%3)
+				if err := s.Append(ctx, id, evs, nil); err != nil {
+					writeErrs <- err
+					return
+				}
+				for _, ev := range evs {
+					got[w] = append(got[w], ev.ID)
+				}
+			}
+		})
+	}
+	writersWG.Wait()
+	close(stop)
+	readers.Wait()
+	close(writeErrs)
+	close(readErrs)
+	for err := range writeErrs {
+		t.Fatal(err)
+	}
+	for err := range readErrs {
+		t.Fatal(err)
+	}
+
+	perSandbox := make(map[string][]uint64)
+	for w, list := range got {
+		for i := 1; i < len(list); i++ {
+			if list[i] <= list[i-1] {
+				t.Fatalf("writer %d got ids out of order: %v", w, list)
+			}
+		}
+		perSandbox[ids[w%sandboxes]] = append(perSandbox[ids[w%sandboxes]], list...)
+	}
+	for _, id := range ids {
+		list := perSandbox[id]
+		slices.Sort(list)
+		if want := seq(1, uint64(len(list))); !slices.Equal(list, want) {
+			t.Fatalf("%s: ids handed out %v, want each of 1..%d once", id, list, len(list))
+		}
+		recs := mustRead(t, s, id, 0, 10000)
+		if got, want := recordIDs(recs), list; !slices.Equal(got, want) {
+			t.Fatalf("%s: log %v, want %v", id, got, want)
+		}
+	}
+}

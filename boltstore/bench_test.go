@@ -1,0 +1,152 @@
+package boltstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// benchEvent is a typical durable event: a message snapshot of a few hundred
+// bytes.
+func benchEvent() *sandbox.Event {
+	return &sandbox.Event{
+		Type: sandbox.TypeMessageUpdated, TS: testNow, TurnID: "turn_01jx4d9a1b2c3d4e5f6g7h8j9k",
+		Data: &sandbox.MessageUpdated{
+			MessageID: "msg_01jx4d9a1b2c3d4e5f6g7h8j9k", PartID: "part_01jx4d9a1b2c3d4e5f6g7h8j9k",
+			Kind: sandbox.PartText, Text: strings.Repeat("All work and no play. ", 12),
+		},
+	}
+}
+
+// BenchmarkAppend measures durable appends on this machine's disk. Each
+// writers=N case runs N goroutines, each appending one event at a time to
+// its own sandbox, so every event waits for its fsync and only group commit
+// shares them. The baseline pays one transaction (and fsync) per event; the
+// ceiling writes all events in a single transaction.
+func BenchmarkAppend(b *testing.B) {
+	for _, writers := range []int{1, 16, 256} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchWriters(b, writers) })
+	}
+	b.Run("baseline-tx-per-event", benchBaseline)
+	b.Run("ceiling-one-tx", benchCeiling)
+}
+
+func benchWriters(b *testing.B, writers int) {
+	ctx := context.Background()
+	s := MustOpenStore(b)
+	ids := make([]string, writers)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("c_%04d", i)
+		mustCreate(b, s, ids[i])
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	b.ResetTimer()
+	for _, id := range ids {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				if err := s.Append(ctx, id, []*sandbox.Event{benchEvent()}, nil); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// benchDB opens a bare bbolt file with one sandbox's events bucket and the
+// encoded record and state the store would write for an event.
+func benchDB(b *testing.B) (db *bbolt.DB, data, state []byte) {
+	db, err := bbolt.Open(filepath.Join(b.TempDir(), "bare.db"), 0o600, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	err = db.Update(func(tx *bbolt.Tx) error {
+		if _, err := tx.CreateBucket(bucketEvents); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucket(bucketSandboxes)
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ev := benchEvent()
+	if data, err = json.Marshal(ev.Data); err != nil {
+		b.Fatal(err)
+	}
+	st := sandbox.State{Sandbox: newSandbox("c_0001")}
+	folded, _ := sandbox.DecodeData(ev.Type, data)
+	st.Apply(&sandbox.Event{ID: 1, Type: ev.Type, TS: ev.TS, SandboxID: "c_0001", TurnID: ev.TurnID, Data: folded})
+	if state, err = json.Marshal(st); err != nil {
+		b.Fatal(err)
+	}
+	return db, data, state
+}
+
+func putBenchEvent(tx *bbolt.Tx, ev *sandbox.Event, data []byte) error {
+	events := tx.Bucket(bucketEvents)
+	events.FillPercent = 1
+	id, err := events.NextSequence()
+	if err != nil {
+		return err
+	}
+	value, _ := encodeRecord(id, ev, "c_0001", data)
+	return events.Put(idKey(id), value)
+}
+
+func benchBaseline(b *testing.B) {
+	db, data, state := benchDB(b)
+	ev := benchEvent()
+	b.ResetTimer()
+	for range b.N {
+		err := db.Update(func(tx *bbolt.Tx) error {
+			if err := putBenchEvent(tx, ev, data); err != nil {
+				return err
+			}
+			return tx.Bucket(bucketSandboxes).Put(keyState, state)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+func benchCeiling(b *testing.B) {
+	db, data, state := benchDB(b)
+	ev := benchEvent()
+	b.ResetTimer()
+	err := db.Update(func(tx *bbolt.Tx) error {
+		for range b.N {
+			if err := putBenchEvent(tx, ev, data); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketSandboxes).Put(keyState, state)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}

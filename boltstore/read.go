@@ -1,0 +1,327 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// closedChan is what Wait returns for a sandbox that does not exist: the caller
+// wakes at once and learns from its next read that the sandbox is gone.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// loaded returns the entry of a sandbox, loading it from the file the first
+// time, and its published state when withState is set. The returned state
+// was taken under the lock together with the entry.
+func (s *Store) loaded(id string, withState bool) (*entry, *sandbox.State, error) {
+	s.mu.Lock()
+	e := s.sandboxes[id]
+	if e != nil && (!withState || e.state != nil) {
+		st := e.state
+		s.mu.Unlock()
+		return e, st, nil
+	}
+	s.mu.Unlock()
+	if id == "" {
+		return nil, nil, notFound(id)
+	}
+
+	// With commitMu held no transaction sits between its commit and its
+	// publication, so the file shows exactly what is published.
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	var sb sandbox.Sandbox
+	var st *sandbox.State
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		b := sandboxBucket(tx, id)
+		if b == nil {
+			return notFound(id)
+		}
+		var err error
+		if withState {
+			st, err = readState(b, id)
+			if st != nil {
+				sb = st.Sandbox
+			}
+			return err
+		}
+		sb, err = readMeta(b, id)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e = s.sandboxes[id]; e == nil {
+		e = &entry{sb: sb, ring: ring{from: uint64(sb.LastEventID) + 1}}
+		s.sandboxes[id] = e
+	}
+	if st != nil && e.state == nil {
+		e.state = st
+	}
+	return e, e.state, nil
+}
+
+// Read returns up to limit retained events with id > after, in order; see
+// coordinator.Store. Near the tail it is served from memory; older cursors
+// cost one short read transaction.
+func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error) {
+	if limit < 1 {
+		return nil, sandbox.Errorf(sandbox.EInvalidRequest, "read %s: limit must be at least 1, got %d", id, limit)
+	}
+	e, _, err := s.loaded(id, false)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	marks := marksOf(e.sb)
+	if err := cursorErr(id, after, marks); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	if e.ring.covers(max(after, uint64(marks.PrunedThrough))) {
+		recs := e.ring.read(after, limit)
+		s.mu.Unlock()
+		return recs, nil
+	}
+	s.mu.Unlock()
+	return s.readFile(ctx, id, after, limit)
+}
+
+// readFile reads events from the file. Values are copied out inside the
+// transaction, which ends before the caller writes anything anywhere.
+func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	recs := make([]sandbox.Record, 0, min(limit, 256))
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		b := sandboxBucket(tx, id)
+		if b == nil {
+			return notFound(id)
+		}
+		// The cursor is checked against the marks of this transaction: a
+		// prune committed since the check in Read must not open a gap.
+		marks, err := readMarks(b, id)
+		if err != nil {
+			return err
+		}
+		if err := cursorErr(id, after, marks); err != nil {
+			return err
+		}
+		events := b.Bucket(bucketEvents)
+		if events == nil {
+			return fmt.Errorf("sandbox %s: events bucket missing", id)
+		}
+		c := events.Cursor()
+		for k, v := c.Seek(idKey(after + 1)); k != nil && len(recs) < limit; k, v = c.Next() {
+			rec, err := decodeRecord(k, v)
+			if err != nil {
+				return fmt.Errorf("sandbox %s: %w", id, err)
+			}
+			recs = append(recs, rec)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The transaction may have seen a commit that is not yet published
+	// (see doc.go, Visibility); its events are delivered once it is.
+	s.mu.Lock()
+	var last uint64
+	if e := s.sandboxes[id]; e != nil {
+		last = uint64(e.sb.LastEventID)
+	}
+	s.mu.Unlock()
+	for i, rec := range recs {
+		if rec.ID > last {
+			return recs[:i], nil
+		}
+	}
+	return recs, nil
+}
+
+func marksOf(sb sandbox.Sandbox) sandbox.Marks {
+	return sandbox.Marks{OldestEventID: sb.OldestEventID, PrunedThrough: sb.PrunedThrough, LastEventID: sb.LastEventID}
+}
+
+func cursorErr(id string, after uint64, m sandbox.Marks) error {
+	if after != 0 && after < uint64(m.PrunedThrough) {
+		return &sandbox.Error{
+			Type: sandbox.ECursorPruned,
+			Message: fmt.Sprintf("cursor %d is older than the retained log of sandbox %s (pruned through %d); "+
+				"read GET /v1/sandboxes/%s and the events page, then reconnect", after, id, m.PrunedThrough, id),
+			Marks: &m,
+		}
+	}
+	if after > uint64(m.LastEventID) {
+		return &sandbox.Error{
+			Type: sandbox.ECursorStale,
+			Message: fmt.Sprintf("cursor %d is beyond the last event of sandbox %s (%d); it does not come from this log. "+
+				"Read GET /v1/sandboxes/%s and the events page, then reconnect", after, id, m.LastEventID, id),
+			Marks: &m,
+		}
+	}
+	return nil
+}
+
+// Head returns the published tip of the log and the sandbox's status.
+func (s *Store) Head(id string) (coordinator.Head, error) {
+	e, _, err := s.loaded(id, false)
+	if err != nil {
+		return coordinator.Head{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return coordinator.Head{
+		LastEventID:   uint64(e.sb.LastEventID),
+		PrunedThrough: uint64(e.sb.PrunedThrough),
+		Status:        e.sb.Status,
+		Detail:        e.sb.StatusDetail,
+	}, nil
+}
+
+// Wait returns a channel closed by the next published change of sandbox id.
+// For a sandbox that does not exist (or no longer does) the channel is
+// already closed.
+func (s *Store) Wait(id string) <-chan struct{} {
+	e, _, err := s.loaded(id, false)
+	if err != nil {
+		return closedChan
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sandboxes[id] != e {
+		return closedChan // dropped since loaded
+	}
+	if e.wait == nil {
+		e.wait = make(chan struct{})
+	}
+	return e.wait
+}
+
+// State returns a copy of the published snapshot state.
+func (s *Store) State(ctx context.Context, id string) (sandbox.State, error) {
+	_, st, err := s.loaded(id, true)
+	if err != nil {
+		return sandbox.State{}, err
+	}
+	return *cloneState(st), nil
+}
+
+// Sandbox returns the published sandbox resource with its watermarks.
+func (s *Store) Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error) {
+	e, _, err := s.loaded(id, false)
+	if err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return cloneSandbox(e.sb), nil
+}
+
+// Sandboxes lists sandboxes in id order, which is creation order.
+func (s *Store) Sandboxes(ctx context.Context, after string, limit int) ([]sandbox.Sandbox, bool, error) {
+	if limit < 1 {
+		return nil, false, sandbox.Errorf(sandbox.EInvalidRequest, "list sandboxes: limit must be at least 1, got %d", limit)
+	}
+	var list []sandbox.Sandbox
+	more := false
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketSandboxes).Cursor()
+		k, v := c.First()
+		if after != "" {
+			if k, v = c.Seek([]byte(after)); k != nil && string(k) == after {
+				k, v = c.Next()
+			}
+		}
+		for ; k != nil; k, v = c.Next() {
+			if v != nil {
+				continue // only nested buckets are sandboxes
+			}
+			if len(list) == limit {
+				more = true
+				return nil
+			}
+			sb, err := readMeta(tx.Bucket(bucketSandboxes).Bucket(k), string(k))
+			if err != nil {
+				return err
+			}
+			list = append(list, sb)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	// A sandbox in memory may have a commit in flight that the transaction
+	// already saw; its published values are the ones a reader may act on.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range list {
+		if e := s.sandboxes[list[i].ID]; e != nil {
+			list[i] = cloneSandbox(e.sb)
+		}
+	}
+	return list, more, nil
+}
+
+// Config returns the private config given to Create.
+func (s *Store) Config(ctx context.Context, id string) ([]byte, error) {
+	var config []byte
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		b := sandboxBucket(tx, id)
+		if b == nil {
+			return notFound(id)
+		}
+		config = bytes.Clone(b.Get(keyConfig))
+		return nil
+	})
+	return config, err
+}
+
+// Turn returns a turn of a sandbox by id.
+func (s *Store) Turn(ctx context.Context, sandboxID, turnID string) (sandbox.Turn, error) {
+	var t sandbox.Turn
+	err := s.resource(sandboxID, bucketTurns, turnID, "turn", &t)
+	return t, err
+}
+
+// Approval returns an approval of a sandbox by id.
+func (s *Store) Approval(ctx context.Context, sandboxID, approvalID string) (sandbox.Approval, error) {
+	var a sandbox.Approval
+	err := s.resource(sandboxID, bucketApprovals, approvalID, "approval", &a)
+	return a, err
+}
+
+func (s *Store) resource(sandboxID string, bucket []byte, id, kind string, v any) error {
+	return s.db.View(func(tx *bbolt.Tx) error {
+		b := sandboxBucket(tx, sandboxID)
+		if b == nil {
+			return notFound(sandboxID)
+		}
+		var data []byte
+		if rb := b.Bucket(bucket); rb != nil && id != "" {
+			data = rb.Get([]byte(id))
+		}
+		if data == nil {
+			return sandbox.Errorf(sandbox.ENotFound, "%s %s not found in sandbox %s", kind, id, sandboxID)
+		}
+		if err := json.Unmarshal(data, v); err != nil {
+			return fmt.Errorf("sandbox %s: decode %s %s: %w", sandboxID, kind, id, err)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,329 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+func wantMarks(t *testing.T, s *Store, id string, want sandbox.Marks) {
+	t.Helper()
+	sb, err := s.Sandbox(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := marksOf(sb); got != want {
+		t.Fatalf("marks = %+v, want %+v", got, want)
+	}
+	st, err := s.State(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Marks(); got != want {
+		t.Fatalf("state marks = %+v, want %+v", got, want)
+	}
+	head, err := s.Head(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head.LastEventID != uint64(want.LastEventID) || head.PrunedThrough != uint64(want.PrunedThrough) {
+		t.Fatalf("head = %+v, want marks %+v", head, want)
+	}
+}
+
+func wantCursorErr(t *testing.T, s *Store, id string, after uint64, typ string, marks sandbox.Marks) {
+	t.Helper()
+	_, err := s.Read(context.Background(), id, after, 10)
+	var serr *sandbox.Error
+	if !errors.As(err, &serr) || serr.Type != typ {
+		t.Fatalf("Read(after %d): err = %v, want %s", after, err, typ)
+	}
+	if serr.Marks == nil || *serr.Marks != marks {
+		t.Fatalf("Read(after %d): marks = %+v, want %+v", after, serr.Marks, marks)
+	}
+}
+
+func TestPrune(t *testing.T) {
+	ctx := context.Background()
+	for _, cache := range []int{2, 1024} { // the tail in memory, or all of it
+		t.Run(fmt.Sprintf("Cache%d", cache), func(t *testing.T) {
+			s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: cache})
+			mustCreate(t, s, "c_1")
+			mustAppend(t, s, "c_1", textEvents(10)...)
+
+			t.Run("OK", func(t *testing.T) {
+				removed, err := s.Prune(ctx, "c_1", 4, 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := removed, 4; got != want {
+					t.Fatalf("removed = %d, want %d", got, want)
+				}
+				wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
+				if got, want := recordIDs(mustRead(t, s, "c_1", 0, 100)), seq(5, 10); !slices.Equal(got, want) {
+					t.Fatalf("Read(0) = %v, want %v", got, want)
+				}
+				if got, want := recordIDs(mustRead(t, s, "c_1", 4, 100)), seq(5, 10); !slices.Equal(got, want) {
+					t.Fatalf("Read(4) = %v, want %v", got, want)
+				}
+			})
+			t.Run("ErrCursorPruned", func(t *testing.T) {
+				wantCursorErr(t, s, "c_1", 3, sandbox.ECursorPruned, sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
+			})
+			t.Run("ErrCursorStale", func(t *testing.T) {
+				wantCursorErr(t, s, "c_1", 11, sandbox.ECursorStale, sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
+			})
+			t.Run("NeverBackwards", func(t *testing.T) {
+				removed, err := s.Prune(ctx, "c_1", 2, 3)
+				if err != nil || removed != 0 {
+					t.Fatalf("Prune(2) = %d, %v; want 0, nil", removed, err)
+				}
+				wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
+			})
+			t.Run("All", func(t *testing.T) {
+				removed, err := s.Prune(ctx, "c_1", 100, 4)
+				if err != nil || removed != 6 {
+					t.Fatalf("Prune(100) = %d, %v; want 6, nil", removed, err)
+				}
+				// pruned_through is the highest id removed, not the argument.
+				marks := sandbox.Marks{OldestEventID: 0, PrunedThrough: 10, LastEventID: 10}
+				wantMarks(t, s, "c_1", marks)
+				if got := mustRead(t, s, "c_1", 0, 100); len(got) != 0 {
+					t.Fatalf("Read(0) = %v, want nothing", recordIDs(got))
+				}
+				if got := mustRead(t, s, "c_1", 10, 100); len(got) != 0 {
+					t.Fatalf("Read(10) = %v, want nothing", recordIDs(got))
+				}
+				wantCursorErr(t, s, "c_1", 9, sandbox.ECursorPruned, marks)
+			})
+			t.Run("AppendAfter", func(t *testing.T) {
+				if got, want := mustAppend(t, s, "c_1", textEvents(2)...), []uint64{11, 12}; !slices.Equal(got, want) {
+					t.Fatalf("ids = %v, want %v", got, want)
+				}
+				wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 11, PrunedThrough: 10, LastEventID: 12})
+				if got, want := recordIDs(mustRead(t, s, "c_1", 0, 100)), []uint64{11, 12}; !slices.Equal(got, want) {
+					t.Fatalf("Read(0) = %v, want %v", got, want)
+				}
+			})
+		})
+	}
+}
+
+// TestPruneConcurrent prunes in small batches while 8 writers append to the
+// same log: every event above the final pruned_through is retained exactly
+// once, none at or below it is, and the watermarks describe the log.
+func TestPruneConcurrent(t *testing.T) {
+	const writers, appends = 8, 60
+	ctx := context.Background()
+	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: 32})
+	mustCreate(t, s, "c_1")
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var appended []uint64
+	errs := make(chan error, writers+1)
+	for range writers {
+		wg.Go(func() {
+			for range appends {
+				evs := textEvents(2)
+				if err := s.Append(ctx, "c_1", evs, nil); err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				appended = append(appended, evs[0].ID, evs[1].ID)
+				mu.Unlock()
+			}
+		})
+	}
+	var pruned int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Chase the tail: prune up to half of what exists, until the writers
+		// stop.
+		for {
+			head, err := s.Head("c_1")
+			if err != nil {
+				errs <- err
+				return
+			}
+			n, err := s.Prune(ctx, "c_1", head.LastEventID/2, 7)
+			if err != nil {
+				errs <- err
+				return
+			}
+			pruned += n
+			mu.Lock()
+			finished := len(appended) == writers*appends*2
+			mu.Unlock()
+			if finished {
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	<-done
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	sb, err := s.Sandbox(ctx, "c_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	through := uint64(sb.PrunedThrough)
+	if through == 0 {
+		t.Fatal("nothing was pruned while appending")
+	}
+	slices.Sort(appended)
+	var want []uint64
+	for _, id := range appended {
+		if id > through {
+			want = append(want, id)
+		}
+	}
+	if got, want := pruned, len(appended)-len(want); got != want {
+		t.Fatalf("Prune reported %d removed, want %d", got, want)
+	}
+	var got []uint64
+	for after := uint64(0); ; {
+		recs := mustRead(t, s, "c_1", after, 50)
+		if len(recs) == 0 {
+			break
+		}
+		got = append(got, recordIDs(recs)...)
+		after = recs[len(recs)-1].ID
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("retained %v, want %v (pruned through %d)", got, want, through)
+	}
+	if want := (sandbox.Marks{OldestEventID: sandbox.Seq(want[0]), PrunedThrough: sb.PrunedThrough, LastEventID: sandbox.Seq(appended[len(appended)-1])}); marksOf(sb) != want {
+		t.Fatalf("marks = %+v, want %+v", marksOf(sb), want)
+	}
+}
+
+func TestCompact(t *testing.T) {
+	ctx := context.Background()
+	for _, cache := range []int{2, 1024} {
+		t.Run(fmt.Sprintf("Cache%d", cache), func(t *testing.T) {
+			s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: cache})
+			mustCreate(t, s, "c_1")
+			mustAppend(t, s, "c_1", textEvents(8)...)
+			t.Run("OK", func(t *testing.T) {
+				removed, err := s.Compact(ctx, "c_1", []uint64{6, 1, 5, 5, 42})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := removed, 3; got != want {
+					t.Fatalf("removed = %d, want %d", got, want)
+				}
+				wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 2, PrunedThrough: 0, LastEventID: 8})
+				if got, want := recordIDs(mustRead(t, s, "c_1", 0, 100)), []uint64{2, 3, 4, 7, 8}; !slices.Equal(got, want) {
+					t.Fatalf("Read(0) = %v, want %v", got, want)
+				}
+				// A cursor on a removed event is still a valid position.
+				if got, want := recordIDs(mustRead(t, s, "c_1", 5, 100)), []uint64{7, 8}; !slices.Equal(got, want) {
+					t.Fatalf("Read(5) = %v, want %v", got, want)
+				}
+			})
+			t.Run("Last", func(t *testing.T) {
+				if _, err := s.Compact(ctx, "c_1", []uint64{8}); err != nil {
+					t.Fatal(err)
+				}
+				// The last id stays: it was handed out and a client may hold it.
+				wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 2, PrunedThrough: 0, LastEventID: 8})
+				if got := mustRead(t, s, "c_1", 8, 100); len(got) != 0 {
+					t.Fatalf("Read(8) = %v, want nothing", recordIDs(got))
+				}
+			})
+		})
+	}
+}
+
+func TestDrop(t *testing.T) {
+	ctx := context.Background()
+	t.Run("OK", func(t *testing.T) {
+		s := MustOpenStore(t)
+		mustCreate(t, s, "c_1")
+		mustCreate(t, s, "c_2")
+		mustAppend(t, s, "c_1", textEvents(3)...)
+		if err := s.Drop(ctx, "c_1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Sandbox(ctx, "c_1"); errType(err) != sandbox.ENotFound {
+			t.Fatalf("Sandbox after Drop: err = %v, want not_found", err)
+		}
+		if _, err := s.Read(ctx, "c_1", 0, 10); errType(err) != sandbox.ENotFound {
+			t.Fatalf("Read after Drop: err = %v, want not_found", err)
+		}
+		if err := s.Drop(ctx, "c_1"); errType(err) != sandbox.ENotFound {
+			t.Fatalf("second Drop: err = %v, want not_found", err)
+		}
+		list, _, err := s.Sandboxes(ctx, "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 || list[0].ID != "c_2" {
+			t.Fatalf("Sandboxes after Drop = %v, want only c_2", list)
+		}
+	})
+	t.Run("SameBatch", func(t *testing.T) {
+		s := MustOpenStore(t)
+		mustCreate(t, s, "c_1")
+		mustAppend(t, s, "c_1", textEvents(2)...)
+		release := stallCommitter(t, s, "c_1")
+		r1, _ := enqueueAppend(t, s, "c_1", textEvents(1), nil)
+		r2, err := s.enqueue(ctx, &dropWrite{id: "c_1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r3, _ := enqueueAppend(t, s, "c_1", textEvents(1), nil)
+		r4, err := s.enqueue(ctx, &createWrite{sb: newSandbox("c_1")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r5, _ := enqueueAppend(t, s, "c_1", textEvents(1), nil)
+		release()
+		for i, want := range []string{"", "", sandbox.ENotFound, "", ""} {
+			if got := errType(<-[]*request{r1, r2, r3, r4, r5}[i].done); got != want {
+				t.Fatalf("request %d: error type %q, want %q", i+1, got, want)
+			}
+		}
+		// The recreated sandbox is a new log.
+		if got, want := recordIDs(mustRead(t, s, "c_1", 0, 10)), []uint64{1}; !slices.Equal(got, want) {
+			t.Fatalf("log of the recreated sandbox = %v, want %v", got, want)
+		}
+	})
+}
+
+func TestStats(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpenStore(t)
+	mustCreate(t, s, "c_1")
+	mustCreate(t, s, "c_2")
+	mustAppend(t, s, "c_1", textEvents(5)...)
+	if _, err := s.Prune(ctx, "c_1", 2, 10); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.FileSize <= 0 {
+		t.Fatalf("file size = %d", st.FileSize)
+	}
+	want := []SandboxStats{
+		{ID: "c_1", Status: sandbox.StatusReady, Events: 3, OldestEventID: 3, LastEventID: 5, PrunedThrough: 2},
+		{ID: "c_2", Status: sandbox.StatusReady},
+	}
+	if !slices.Equal(st.Sandboxes, want) {
+		t.Fatalf("sandboxes = %+v, want %+v", st.Sandboxes, want)
+	}
+}

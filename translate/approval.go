@@ -1,0 +1,197 @@
+package translate
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// approval is a permission request waiting for a decision.
+type approval struct {
+	id      string
+	options []option
+	expires time.Time
+}
+
+// option is one choice of an approval: our id, the agent's, and its kind.
+type option struct {
+	id, agentID, kind string
+}
+
+func (a *approval) public() Pending {
+	opts := make(map[string]string, len(a.options))
+	for _, o := range a.options {
+		opts[o.id] = o.agentID
+	}
+	return Pending{ApprovalID: a.id, AgentOptions: opts, ExpiresAt: a.expires}
+}
+
+// RequestPermission turns the params of session/request_permission into
+// approval.requested, preceded by a tool.updated when the request announces
+// or changes its tool call (upserted like tool_call_update). A Pending with
+// an empty ApprovalID means no approval was opened (outside a turn,
+// malformed params, no option we understand): answer the agent "cancelled".
+func (t *Translator) RequestPermission(params json.RawMessage) (Pending, []*sandbox.Event) {
+	if !t.InTurn() {
+		t.drop(DropOutsideTurn)
+		return Pending{}, nil
+	}
+	var req permissionParams
+	if err := json.Unmarshal(params, &req); err != nil || req.ToolCall == nil {
+		t.drop(DropMalformed)
+		return Pending{}, nil
+	}
+	f, err := decodeToolFields(req.ToolCall)
+	if err != nil {
+		t.drop(DropMalformed)
+		return Pending{}, nil
+	}
+	now := t.now()
+	// The request stands between chunks like a tool call does.
+	evs := t.closePart(now, nil)
+	tl, evs := t.upsertTool(now, f, evs)
+
+	a := &approval{id: t.newID(sandbox.PrefixApproval), expires: now.Add(t.ttl)}
+	data := &sandbox.ApprovalRequested{
+		ApprovalID: a.id,
+		ToolCallID: tl.state.ToolCallID,
+		Title:      tl.state.Title,
+		Kind:       tl.state.Kind,
+		Options:    []sandbox.Option{},
+		ExpiresAt:  a.expires,
+	}
+	for _, o := range req.Options {
+		kind, ok := optionKind(o.Kind)
+		if !ok || o.OptionID == "" {
+			t.drop(DropUnknownOption)
+			continue
+		}
+		id := "opt_" + strconv.Itoa(len(a.options)+1)
+		a.options = append(a.options, option{id: id, agentID: o.OptionID, kind: kind})
+		data.Options = append(data.Options, sandbox.Option{OptionID: id, Kind: kind, Label: truncate(t.redact(o.Name), maxLabelBytes)})
+	}
+	if len(a.options) == 0 {
+		t.drop(DropNoOptions)
+		return Pending{}, evs
+	}
+	t.pending = append(t.pending, a)
+	return a.public(), append(evs, t.event(now, sandbox.TypeApprovalRequested, data))
+}
+
+func optionKind(k string) (string, bool) {
+	switch k {
+	case sandbox.OptionAllowOnce, sandbox.OptionAllowAlways, sandbox.OptionRejectOnce, sandbox.OptionRejectAlways:
+		return k, true
+	}
+	return "", false
+}
+
+// ResolveApproval resolves a pending approval and returns what to answer the
+// agent and the approval.resolved event.
+//
+// decision is approved, denied, canceled or failed. optionID is one of our
+// option ids or "": approved picks the first allow_* option, denied the
+// first reject_* one. With an optionID, decision may be "" and is then taken
+// from the option's kind. reason is user when "". Canceled and failed answer
+// the agent "cancelled". The error is a *sandbox.Error: not_found for an
+// unknown approval, approval_resolved for one already resolved,
+// invalid_request for a decision, option or reason that does not fit.
+func (t *Translator) ResolveApproval(approvalID, decision, optionID, reason string) (AgentOutcome, []*sandbox.Event, error) {
+	var a *approval
+	for _, p := range t.pending {
+		if p.id == approvalID {
+			a = p
+			break
+		}
+	}
+	if a == nil {
+		if t.resolved[approvalID] {
+			return AgentOutcome{}, nil, sandbox.Errorf(sandbox.EApprovalResolved, "approval %s is already resolved", approvalID)
+		}
+		return AgentOutcome{}, nil, sandbox.Errorf(sandbox.ENotFound, "approval %s not found", approvalID)
+	}
+	switch reason {
+	case "":
+		reason = sandbox.ReasonUser
+	case sandbox.ReasonUser, sandbox.ReasonTimeout, sandbox.ReasonTurnCanceled, sandbox.ReasonAgentExited:
+	default:
+		return AgentOutcome{}, nil, sandbox.Errorf(sandbox.EInvalidRequest, "unknown reason %q", reason)
+	}
+	var out AgentOutcome
+	switch decision {
+	case sandbox.DecisionCanceled, sandbox.DecisionFailed:
+		out.Cancelled, optionID = true, ""
+	case sandbox.DecisionApproved, sandbox.DecisionDenied, "":
+		o, err := pickOption(a, decision, optionID)
+		if err != nil {
+			return AgentOutcome{}, nil, err
+		}
+		if decision == "" {
+			decision = sandbox.DecisionDenied
+			if strings.HasPrefix(o.kind, "allow_") {
+				decision = sandbox.DecisionApproved
+			}
+		}
+		out.OptionID, optionID = o.agentID, o.id
+	default:
+		return AgentOutcome{}, nil, sandbox.Errorf(sandbox.EInvalidRequest, "unknown decision %q", decision)
+	}
+	return out, []*sandbox.Event{t.resolve(t.now(), a, decision, optionID, reason)}, nil
+}
+
+// pickOption finds the option a decision selects.
+func pickOption(a *approval, decision, optionID string) (option, error) {
+	want := ""
+	switch decision {
+	case sandbox.DecisionApproved:
+		want = "allow_"
+	case sandbox.DecisionDenied:
+		want = "reject_"
+	}
+	if optionID == "" {
+		if want == "" {
+			return option{}, sandbox.Errorf(sandbox.EInvalidRequest, "a decision or an option is required")
+		}
+		for _, o := range a.options {
+			if strings.HasPrefix(o.kind, want) {
+				return o, nil
+			}
+		}
+		return option{}, sandbox.Errorf(sandbox.EInvalidRequest, "approval %s offers no option to %s", a.id, strings.TrimSuffix(want, "_"))
+	}
+	for _, o := range a.options {
+		if o.id == optionID {
+			if want != "" && !strings.HasPrefix(o.kind, want) {
+				return option{}, sandbox.Errorf(sandbox.EInvalidRequest, "option %s is %s, not a way to decide %s", optionID, o.kind, decision)
+			}
+			return o, nil
+		}
+	}
+	return option{}, sandbox.Errorf(sandbox.EInvalidRequest, "approval %s has no option %s", a.id, optionID)
+}
+
+// resolve removes a from the pending list and returns its approval.resolved.
+func (t *Translator) resolve(now time.Time, a *approval, decision, optionID, reason string) *sandbox.Event {
+	for i, p := range t.pending {
+		if p == a {
+			t.pending = append(t.pending[:i:i], t.pending[i+1:]...)
+			break
+		}
+	}
+	t.resolved[a.id] = true
+	return t.event(now, sandbox.TypeApprovalResolved, &sandbox.ApprovalResolved{
+		ApprovalID: a.id, Decision: decision, OptionID: optionID, Reason: reason,
+	})
+}
+
+// Pending returns the approvals not yet resolved, oldest first.
+func (t *Translator) Pending() []Pending {
+	out := make([]Pending, 0, len(t.pending))
+	for _, a := range t.pending {
+		out = append(out, a.public())
+	}
+	return out
+}

@@ -1,0 +1,221 @@
+package translate
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// MaxPartBytes bounds the text of one message part; agent lines can be many
+// MiB, and every snapshot of a part repeats its whole text.
+const MaxPartBytes = 1 << 20
+
+// bigPart is the size beyond which a part's flush interval grows with it, so
+// the bytes of snapshots written per second stay bounded.
+const bigPart = 64 << 10
+
+// message is one assistant message of the turn.
+type message struct {
+	id      string
+	agentID string // the agent's messageId, "" while it gave none
+	parts   []*part
+}
+
+// part is one run of text or reasoning within a message.
+type part struct {
+	id        string
+	msg       *message
+	index     int
+	kind      string
+	text      strings.Builder // raw, never emitted as is
+	truncated bool
+
+	sent   string    // text of the last message.updated
+	sentAt time.Time // zero until the first message.updated
+	dirty  bool      // text arrived that no message.updated carries yet
+	final  string    // the redacted whole text, once closed
+}
+
+func (t *Translator) chunk(now time.Time, kind string, u *rawUpdate) []*sandbox.Event {
+	var c contentBlock
+	if err := json.Unmarshal(u.Content, &c); err != nil {
+		t.drop(DropMalformed)
+		return nil
+	}
+	mid, err := optString(u.MessageID)
+	if err != nil {
+		t.drop(DropMalformed)
+		return nil
+	}
+	t.stats.Chunks++
+	if c.Type != "text" {
+		t.drop(DropNonTextContent)
+		return nil
+	}
+	if c.Text == "" {
+		return nil
+	}
+	var evs []*sandbox.Event
+	msg := t.messageFor(mid)
+	p := t.open
+	if p == nil || p.msg != msg || p.kind != kind {
+		evs = t.closePart(now, evs)
+		p = &part{id: t.newID(sandbox.PrefixPart), msg: msg, index: len(msg.parts), kind: kind}
+		msg.parts = append(msg.parts, p)
+		t.open = p
+	}
+	if !p.append(c.Text) {
+		t.drop(DropTruncated)
+	}
+	if p.sentAt.IsZero() || now.Sub(p.sentAt) >= t.partInterval(p) {
+		return t.emit(now, p, evs)
+	}
+	p.dirty = true
+	return evs
+}
+
+// messageFor returns the message a chunk with the agent's messageId mid
+// belongs to. Chunks without a messageId stay in the current message; the
+// first messageId seen is adopted by a message started without one.
+func (t *Translator) messageFor(mid *string) *message {
+	if mid != nil && *mid != "" {
+		id := *mid
+		if t.cur != nil && t.cur.agentID == id {
+			return t.cur
+		}
+		if m, ok := t.byAgent[id]; ok {
+			t.cur = m
+			return m
+		}
+		if t.cur != nil && t.cur.agentID == "" {
+			t.cur.agentID = id
+			t.byAgent[id] = t.cur
+			return t.cur
+		}
+		t.cur = &message{id: t.newID(sandbox.PrefixMessage), agentID: id}
+		t.byAgent[id] = t.cur
+		t.messages = append(t.messages, t.cur)
+		return t.cur
+	}
+	if t.cur == nil {
+		t.cur = &message{id: t.newID(sandbox.PrefixMessage)}
+		t.messages = append(t.messages, t.cur)
+	}
+	return t.cur
+}
+
+// append adds text up to MaxPartBytes; it reports false when some was cut.
+func (p *part) append(s string) bool {
+	room := MaxPartBytes - p.text.Len()
+	if len(s) <= room {
+		p.text.WriteString(s)
+		return true
+	}
+	if !p.truncated {
+		for room > 0 && !isRuneStart(s[room]) {
+			room--
+		}
+		p.text.WriteString(s[:room])
+		p.truncated = true
+	}
+	return false
+}
+
+func (t *Translator) partInterval(p *part) time.Duration {
+	if n := p.text.Len(); n > bigPart {
+		return t.interval * time.Duration(n/bigPart)
+	}
+	return t.interval
+}
+
+// emit sends the open part's snapshot: its text redacted and cut before
+// anything that could still grow into a secret. Nothing is sent when that
+// adds nothing to the last snapshot.
+func (t *Translator) emit(now time.Time, p *part, evs []*sandbox.Event) []*sandbox.Event {
+	s := p.text.String()
+	snap, _ := t.red.scrub(s, t.red.hold(s))
+	p.dirty = false
+	if snap == p.sent {
+		return evs
+	}
+	p.sent, p.sentAt = snap, now
+	return append(evs, t.partEvent(now, p, snap))
+}
+
+// closePart closes the open part with a final message.updated carrying its
+// whole redacted text, unless the last one already did.
+func (t *Translator) closePart(now time.Time, evs []*sandbox.Event) []*sandbox.Event {
+	p := t.open
+	if p == nil {
+		return evs
+	}
+	t.open = nil
+	s := p.text.String()
+	cut := len(s)
+	if p.truncated {
+		// The cut may have split a secret; its start must not show.
+		cut = t.red.hold(s)
+	}
+	final, n := t.red.scrub(s, cut)
+	t.stats.Redactions += n
+	p.final, p.dirty = final, false
+	p.text = strings.Builder{}
+	if final == p.sent {
+		return evs
+	}
+	p.sent, p.sentAt = final, now
+	return append(evs, t.partEvent(now, p, final))
+}
+
+func (t *Translator) partEvent(now time.Time, p *part, text string) *sandbox.Event {
+	return t.event(now, sandbox.TypeMessageUpdated, &sandbox.MessageUpdated{
+		MessageID: p.msg.id, PartID: p.id, Index: p.index, Kind: p.kind, Text: text,
+	})
+}
+
+// Flush emits the coalesced message.updated whose interval has passed.
+func (t *Translator) Flush() []*sandbox.Event {
+	p := t.open
+	if p == nil || !p.dirty {
+		return nil
+	}
+	now := t.now()
+	if now.Sub(p.sentAt) < t.partInterval(p) {
+		return nil
+	}
+	return t.emit(now, p, nil)
+}
+
+// NextFlush returns when Flush next has something to emit.
+func (t *Translator) NextFlush() (time.Time, bool) {
+	p := t.open
+	if p == nil || !p.dirty {
+		return time.Time{}, false
+	}
+	return p.sentAt.Add(t.partInterval(p)), true
+}
+
+// completeMessages emits message.completed for every message with parts, in
+// the order they started.
+func (t *Translator) completeMessages(now time.Time, evs []*sandbox.Event) []*sandbox.Event {
+	for _, m := range t.messages {
+		if len(m.parts) == 0 {
+			continue
+		}
+		done := &sandbox.MessageCompleted{MessageID: m.id, Parts: make([]sandbox.Part, 0, len(m.parts))}
+		var text strings.Builder
+		for _, p := range m.parts {
+			done.Parts = append(done.Parts, sandbox.Part{PartID: p.id, Index: p.index, Kind: p.kind, Text: p.final})
+			if p.kind == sandbox.PartText {
+				text.WriteString(p.final)
+			}
+		}
+		// Redacted again as a whole: a secret the agent split across a
+		// tool call would otherwise reappear where the parts are joined.
+		done.Text, _ = t.red.String(text.String())
+		evs = append(evs, t.event(now, sandbox.TypeMessageCompleted, done))
+	}
+	return evs
+}

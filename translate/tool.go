@@ -1,0 +1,180 @@
+package translate
+
+import (
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// tool is the curated state of one tool call of the turn.
+type tool struct {
+	state sandbox.ToolUpdated
+	order int // position in announcement order, for settling in order
+}
+
+func (t *Translator) toolUpdate(now time.Time, u *rawUpdate) []*sandbox.Event {
+	f, err := decodeToolFields(u)
+	if err != nil {
+		t.drop(DropMalformed)
+		return nil
+	}
+	evs := t.closePart(now, nil)
+	_, evs = t.upsertTool(now, f, evs)
+	return evs
+}
+
+// upsertTool applies an announcement or an update to the tool of its agent
+// toolCallId, creating it if it was never announced, and emits tool.updated
+// when the curated state changed. Fields the agent left out keep their
+// values.
+func (t *Translator) upsertTool(now time.Time, f toolFields, evs []*sandbox.Event) (*tool, []*sandbox.Event) {
+	tl, known := t.tools[f.agentID]
+	if !known {
+		tl = &tool{
+			state: sandbox.ToolUpdated{
+				ToolCallID: t.newID(sandbox.PrefixTool),
+				Kind:       sandbox.ToolKindOther,
+				Status:     sandbox.ToolPending,
+				Locations:  []sandbox.Location{},
+			},
+			order: len(t.tools),
+		}
+		t.tools[f.agentID] = tl
+	}
+	next := tl.state
+	if f.title != nil {
+		next.Title = truncate(t.redact(*f.title), maxTitleBytes)
+	}
+	if f.kind != nil {
+		next.Kind = toolKind(*f.kind)
+	}
+	if f.status != nil {
+		if s, ok := toolStatus(*f.status); ok {
+			next.Status = s
+		}
+	}
+	if f.hasLocs {
+		next.Locations = t.locations(f.locations)
+	}
+	if known && sameTool(tl.state, next) {
+		return tl, evs
+	}
+	tl.state = next
+	return tl, append(evs, t.toolEvent(now, tl))
+}
+
+func (t *Translator) toolEvent(now time.Time, tl *tool) *sandbox.Event {
+	d := tl.state
+	d.Locations = slices.Clone(d.Locations)
+	return t.event(now, sandbox.TypeToolUpdated, &d)
+}
+
+// settleTools gives every tool still pending or running its final status
+// when the turn ends (see the package documentation).
+func (t *Translator) settleTools(now time.Time, turnStatus string, evs []*sandbox.Event) []*sandbox.Event {
+	list := make([]*tool, 0, len(t.tools))
+	for _, tl := range t.tools {
+		list = append(list, tl)
+	}
+	slices.SortFunc(list, func(a, b *tool) int { return a.order - b.order })
+	for _, tl := range list {
+		st := tl.state.Status
+		if st != sandbox.ToolPending && st != sandbox.ToolRunning {
+			continue
+		}
+		switch turnStatus {
+		case sandbox.TurnCanceled:
+			st = sandbox.ToolCanceled
+		case sandbox.TurnFailed:
+			st = sandbox.ToolFailed
+		default:
+			if st == sandbox.ToolPending {
+				st = sandbox.ToolCanceled
+			} else {
+				st = sandbox.ToolCompleted
+			}
+		}
+		tl.state.Status = st
+		evs = append(evs, t.toolEvent(now, tl))
+	}
+	return evs
+}
+
+func sameTool(a, b sandbox.ToolUpdated) bool {
+	return a.Title == b.Title && a.Kind == b.Kind && a.Status == b.Status &&
+		slices.EqualFunc(a.Locations, b.Locations, func(x, y sandbox.Location) bool {
+			return x.Path == y.Path && (x.Line == nil) == (y.Line == nil) && (x.Line == nil || *x.Line == *y.Line)
+		})
+}
+
+// toolKind maps an ACP ToolKind; switch_mode and anything unknown is other.
+func toolKind(k string) string {
+	switch k {
+	case sandbox.ToolKindRead, sandbox.ToolKindEdit, sandbox.ToolKindDelete, sandbox.ToolKindMove,
+		sandbox.ToolKindSearch, sandbox.ToolKindExecute, sandbox.ToolKindThink, sandbox.ToolKindFetch:
+		return k
+	}
+	return sandbox.ToolKindOther
+}
+
+// toolStatus maps an ACP ToolCallStatus; an unknown one is ignored.
+func toolStatus(s string) (string, bool) {
+	switch s {
+	case "pending":
+		return sandbox.ToolPending, true
+	case "in_progress":
+		return sandbox.ToolRunning, true
+	case "completed":
+		return sandbox.ToolCompleted, true
+	case "failed":
+		return sandbox.ToolFailed, true
+	}
+	return "", false
+}
+
+// locations curates ACP locations: paths relative to the sandbox directory,
+// redacted; anything outside it is left out, so no host path leaves.
+func (t *Translator) locations(raw []rawLocation) []sandbox.Location {
+	out := []sandbox.Location{}
+	for _, l := range raw {
+		if len(out) == maxLocations {
+			break
+		}
+		rel, ok := t.relPath(l.Path)
+		if !ok {
+			continue
+		}
+		loc := sandbox.Location{Path: t.redact(rel)}
+		if l.Line != nil && *l.Line >= 0 && *l.Line <= math.MaxInt32 {
+			line := int(*l.Line)
+			loc.Line = &line
+		}
+		out = append(out, loc)
+	}
+	return out
+}
+
+// relPath makes p relative to the sandbox directory. ACP paths are
+// absolute; a relative one is taken as relative to the directory. Paths are
+// judged lexically: this package does no I/O, and symlinks are the file
+// system layer's concern.
+func (t *Translator) relPath(p string) (string, bool) {
+	if t.dir == "" || p == "" || len(p) > maxPathBytes || strings.IndexByte(p, 0) >= 0 {
+		return "", false
+	}
+	rel := filepath.Clean(p)
+	if filepath.IsAbs(p) {
+		var err error
+		if rel, err = filepath.Rel(t.dir, rel); err != nil {
+			return "", false
+		}
+	}
+	if rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
+		return "", false
+	}
+	return filepath.ToSlash(rel), true
+}

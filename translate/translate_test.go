@@ -1,0 +1,392 @@
+package translate
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// Recorded ACP fragments, as agents send them. Every id of the agent's own
+// contains "agent-secret-id" and the session "sess-secret", so the harness
+// can tell that none of them is ever forwarded.
+
+// chunk is an agent_message_chunk line without a messageId.
+func chunk(text string) string {
+	return fmt.Sprintf(`update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":%q}}}`, text)
+}
+
+// manyChunks is twenty one-letter chunks a millisecond apart. The letter
+// starts no token shape, so the first chunk is not held back.
+func manyChunks() string {
+	var b strings.Builder
+	for range 20 {
+		b.WriteString(chunk("o") + "\ntick 1ms\n")
+	}
+	return b.String()
+}
+
+var scenarios = []struct {
+	name   string
+	script string
+	want   string
+}{
+	{
+		name: "OK",
+		script: `
+start turn_1 hello
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Hel","_meta":{"x":"meta-canary"}},"_meta":{"y":"meta-canary"}}}
+tick 10ms
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"lo"}}}
+next
+tick 10ms
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":" wor"}}}
+flush
+tick 30ms
+flush
+next
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"ld"}}}
+tick 5ms
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"hello"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Hel"}
+=> next +40ms
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Hello wor"}
+=> next none
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Hello world"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Hello world"}],"text":"Hello world"}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":55,"usage":null}
+`,
+	},
+	{
+		name:   "CoalesceWithinInterval",
+		script: "start turn_1 count\n" + manyChunks() + "end end_turn",
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"count"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"o"}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"oooooooooooooooooooo"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"oooooooooooooooooooo"}],"text":"oooooooooooooooooooo"}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":20,"usage":null}
+`,
+	},
+	{
+		name: "ReasoningThenText",
+		script: `
+start turn_1 why
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"Let me think"},"messageId":null}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Because."}}}
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"why"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"reasoning","text":"Let me think"}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"Because."}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"reasoning","text":"Let me think"},{"part_id":"part_2","index":1,"kind":"text","text":"Because."}],"text":"Because."}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+`,
+	},
+	{
+		name: "MessageIDChange",
+		script: `
+start turn_1 two messages
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Intro"}}}
+tick 60ms
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":" more"},"messageId":"agent-secret-id-m1"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Second"},"messageId":"agent-secret-id-m2"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"!"},"messageId":null}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"back"},"messageId":"agent-secret-id-m1"}}
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"two messages"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Intro"}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Intro more"}
+message.updated turn_1 {"message_id":"msg_2","part_id":"part_2","index":0,"kind":"text","text":"Second"}
+message.updated turn_1 {"message_id":"msg_2","part_id":"part_2","index":0,"kind":"text","text":"Second!"}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_3","index":1,"kind":"text","text":"back"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Intro more"},{"part_id":"part_3","index":1,"kind":"text","text":"back"}],"text":"Intro moreback"}
+message.completed turn_1 {"message_id":"msg_2","parts":[{"part_id":"part_2","index":0,"kind":"text","text":"Second!"}],"text":"Second!"}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":60,"usage":null}
+`,
+	},
+	{
+		name: "ToolsDuplicateAndLocations",
+		script: "start turn_1 fix it\n" + chunk("Looking") + `
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"Read a.go","kind":"read","status":"pending","locations":[{"path":"/srv/sandboxes/c_1/src/a.go","line":3},{"path":"/etc/passwd"},{"path":"/srv/sandboxes/c_1/../c_2/secret.txt"},{"path":"/srv/sandboxes/c_10/x"},{"path":"rel/b.go"},{"path":"../escape"},{"path":""}],"rawInput":{"path":"raw-canary"},"content":[{"type":"content","content":{"type":"text","text":"raw-canary"}}],"_meta":{"a":"meta-canary"}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"Read a.go","kind":"read","status":"in_progress"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"Read a.go","kind":"read","status":"in_progress"}}
+` + chunk(" done") + `
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call_update","toolCallId":"agent-secret-id-t1","status":"completed","rawOutput":{"out":"raw-canary"},"content":[{"type":"diff","path":"/x","oldText":"raw-canary","newText":"raw-canary"}]}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call_update","toolCallId":"agent-secret-id-t1","title":null,"kind":null,"status":null,"locations":null}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call_update","toolCallId":"agent-secret-id-t2","title":"Switch","kind":"switch_mode","status":"in_progress"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call_update","toolCallId":"agent-secret-id-t3","kind":"fetch","status":"failed","locations":[]}}
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"fix it"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Looking"}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"Read a.go","kind":"read","status":"pending","locations":[{"path":"src/a.go","line":3},{"path":"rel/b.go","line":null}]}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"Read a.go","kind":"read","status":"running","locations":[{"path":"src/a.go","line":3},{"path":"rel/b.go","line":null}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":" done"}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"Read a.go","kind":"read","status":"completed","locations":[{"path":"src/a.go","line":3},{"path":"rel/b.go","line":null}]}
+tool.updated turn_1 {"tool_call_id":"tool_2","title":"Switch","kind":"other","status":"running","locations":[]}
+tool.updated turn_1 {"tool_call_id":"tool_3","title":"","kind":"fetch","status":"failed","locations":[]}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Looking"},{"part_id":"part_2","index":1,"kind":"text","text":" done"}],"text":"Looking done"}
+tool.updated turn_1 {"tool_call_id":"tool_2","title":"Switch","kind":"other","status":"completed","locations":[]}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+`,
+	},
+	{
+		name: "PermissionForUnannouncedTool",
+		script: `
+start turn_1 deploy
+perm {"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t9","title":"Run make deploy","kind":"execute","status":"pending","rawInput":{"command":"raw-canary"}},"options":[{"optionId":"agent-secret-id-allow","name":"Allow once","kind":"allow_once"},{"optionId":"agent-secret-id-always","name":"Always allow","kind":"allow_always"},{"optionId":"agent-secret-id-reject","name":"Reject","kind":"reject_once"},{"optionId":"agent-secret-id-weird","name":"Ask mom","kind":"ask_mom"}],"_meta":{"m":"meta-canary"}}
+tick 1s
+resolve appr_1 approved - -
+resolve appr_1 denied - -
+resolve appr_9 approved - -
+perm {"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t9"},"options":[{"optionId":"agent-secret-id-never","name":"Never","kind":"reject_always"}]}
+resolve appr_2 approved - -
+resolve appr_2 - opt_1 -
+perm {"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t9"},"options":[{"optionId":"agent-secret-id-weird","name":"Ask mom","kind":"ask_mom"}]}
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"deploy"}]}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"Run make deploy","kind":"execute","status":"pending","locations":[]}
+approval.requested turn_1 {"approval_id":"appr_1","tool_call_id":"tool_1","title":"Run make deploy","kind":"execute","options":[{"option_id":"opt_1","kind":"allow_once","label":"Allow once"},{"option_id":"opt_2","kind":"allow_always","label":"Always allow"},{"option_id":"opt_3","kind":"reject_once","label":"Reject"}],"expires_at":"2026-08-06T12:10:00.000Z"}
+=> pending appr_1 opt_1=agent-secret-id-allow,opt_2=agent-secret-id-always,opt_3=agent-secret-id-reject expires +10m0s
+approval.resolved turn_1 {"approval_id":"appr_1","decision":"approved","option_id":"opt_1","reason":"user"}
+=> selected agent-secret-id-allow
+=> error approval_resolved
+=> error not_found
+approval.requested turn_1 {"approval_id":"appr_2","tool_call_id":"tool_1","title":"Run make deploy","kind":"execute","options":[{"option_id":"opt_1","kind":"reject_always","label":"Never"}],"expires_at":"2026-08-06T12:10:01.000Z"}
+=> pending appr_2 opt_1=agent-secret-id-never expires +10m1s
+=> error invalid_request
+approval.resolved turn_1 {"approval_id":"appr_2","decision":"denied","option_id":"opt_1","reason":"user"}
+=> selected agent-secret-id-never
+=> no approval
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"Run make deploy","kind":"execute","status":"canceled","locations":[]}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":1000,"usage":null}
+`,
+	},
+	{
+		name: "UnknownAndIgnoredKinds",
+		script: "start turn_1 plan it\n" + chunk("Plan:") + `
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"plan","entries":[{"content":"raw-canary","priority":"high","status":"pending"}]}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"available_commands_update","availableCommands":[{"name":"raw-canary","description":"x"}]}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"current_mode_update","currentModeId":"raw-canary"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"usage_update","used":10,"size":100}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"raw-canary"}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"brand_new_kind","text":"raw-canary"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"image","mimeType":"image/png","data":"raw-canary"}}}
+` + chunk("go") + `
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"plan it"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Plan:"}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"go"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Plan:"},{"part_id":"part_2","index":1,"kind":"text","text":"go"}],"text":"Plan:go"}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+`,
+	},
+	{
+		name: "OutsideTurn",
+		script: chunk("early") + `
+start turn_1 hi
+` + chunk("Hi") + `
+end end_turn
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call_update","toolCallId":"agent-secret-id-t1","status":"completed"}}
+` + chunk("late") + `
+perm {"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t1"},"options":[{"optionId":"agent-secret-id-allow","name":"Allow","kind":"allow_once"}]}
+flush
+next
+end end_turn
+error agent_exited the agent exited
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"hi"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Hi"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Hi"}],"text":"Hi"}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+=> no approval
+=> next none
+sandbox.error - {"code":"agent_exited","message":"the agent exited"}
+`,
+	},
+	{
+		name: "CanceledWithPendingApprovalAndRunningTool",
+		script: "start turn_1 refactor\n" + chunk("Working") + `
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"Edit main.go","kind":"edit","status":"in_progress"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t2","title":"Read go.mod","kind":"read","status":"completed"}}
+perm {"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t3","title":"Delete build","kind":"delete"},"options":[{"optionId":"agent-secret-id-allow","name":"Allow","kind":"allow_once"},{"optionId":"agent-secret-id-reject","name":"Reject","kind":"reject_once"}]}
+` + chunk("still") + `
+tick 10ms
+` + chunk(" going") + `
+next
+end cancel
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"refactor"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Working"}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"Edit main.go","kind":"edit","status":"running","locations":[]}
+tool.updated turn_1 {"tool_call_id":"tool_2","title":"Read go.mod","kind":"read","status":"completed","locations":[]}
+tool.updated turn_1 {"tool_call_id":"tool_3","title":"Delete build","kind":"delete","status":"pending","locations":[]}
+approval.requested turn_1 {"approval_id":"appr_1","tool_call_id":"tool_3","title":"Delete build","kind":"delete","options":[{"option_id":"opt_1","kind":"allow_once","label":"Allow"},{"option_id":"opt_2","kind":"reject_once","label":"Reject"}],"expires_at":"2026-08-06T12:10:00.000Z"}
+=> pending appr_1 opt_1=agent-secret-id-allow,opt_2=agent-secret-id-reject expires +10m0s
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"still"}
+=> next +40ms
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"still going"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Working"},{"part_id":"part_2","index":1,"kind":"text","text":"still going"}],"text":"Workingstill going"}
+approval.resolved turn_1 {"approval_id":"appr_1","decision":"canceled","option_id":"","reason":"turn_canceled"}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"Edit main.go","kind":"edit","status":"canceled","locations":[]}
+tool.updated turn_1 {"tool_call_id":"tool_3","title":"Delete build","kind":"delete","status":"canceled","locations":[]}
+turn.completed turn_1 {"status":"canceled","stop_reason":"canceled","error":null,"duration_ms":10,"usage":null}
+`,
+	},
+	{
+		name: "FailedAgentExited",
+		script: `
+start turn_1 build
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"make","kind":"execute","status":"in_progress"}}
+perm {"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t1"},"options":[{"optionId":"agent-secret-id-allow","name":"Allow","kind":"allow_once"}]}
+end fail agent_exited the agent exited while holding hunter2-supersecret-value
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"build"}]}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"make","kind":"execute","status":"running","locations":[]}
+approval.requested turn_1 {"approval_id":"appr_1","tool_call_id":"tool_1","title":"make","kind":"execute","options":[{"option_id":"opt_1","kind":"allow_once","label":"Allow"}],"expires_at":"2026-08-06T12:10:00.000Z"}
+=> pending appr_1 opt_1=agent-secret-id-allow expires +10m0s
+approval.resolved turn_1 {"approval_id":"appr_1","decision":"failed","option_id":"","reason":"agent_exited"}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"make","kind":"execute","status":"failed","locations":[]}
+turn.completed turn_1 {"status":"failed","stop_reason":"error","error":{"code":"agent_exited","message":"the agent exited while holding [REDACTED]"},"duration_ms":0,"usage":null}
+`,
+	},
+	{
+		name: "FailedTimeout",
+		script: `
+start turn_1 build
+perm {"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t1","title":"make"},"options":[{"optionId":"agent-secret-id-allow","name":"Allow","kind":"allow_once"}]}
+tick 2m
+end fail turn_timeout the turn timed out
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"build"}]}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"make","kind":"other","status":"pending","locations":[]}
+approval.requested turn_1 {"approval_id":"appr_1","tool_call_id":"tool_1","title":"make","kind":"other","options":[{"option_id":"opt_1","kind":"allow_once","label":"Allow"}],"expires_at":"2026-08-06T12:10:00.000Z"}
+=> pending appr_1 opt_1=agent-secret-id-allow expires +10m0s
+approval.resolved turn_1 {"approval_id":"appr_1","decision":"canceled","option_id":"","reason":"turn_canceled"}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"make","kind":"other","status":"failed","locations":[]}
+turn.completed turn_1 {"status":"failed","stop_reason":"error","error":{"code":"turn_timeout","message":"the turn timed out"},"duration_ms":120000,"usage":null}
+`,
+	},
+	{
+		name: "SecretSplitAcrossChunks",
+		script: "start turn_1 tell me\n" + chunk("The password is hunt") + "\ntick 60ms\n" + chunk("er2-super") + "\ntick 60ms\n" + chunk("secret-value, keep it safe") + `
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"tell me"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"The password is "}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"The password is [REDACTED], keep it safe"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"The password is [REDACTED], keep it safe"}],"text":"The password is [REDACTED], keep it safe"}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":120,"usage":null}
+`,
+	},
+	{
+		// A part that closes is complete: what it holds shows, even the
+		// start of a secret. The joined message text is redacted again, so
+		// a secret split around a tool call does not show there whole.
+		name: "SecretSplitAcrossParts",
+		script: "start turn_1 tell me\n" + chunk("key hunter2-super") + `
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"think","kind":"think","status":"completed"}}
+` + chunk("secret-value") + `
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"tell me"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"key "}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"key hunter2-super"}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"think","kind":"think","status":"completed","locations":[]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"secret-value"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"key hunter2-super"},{"part_id":"part_2","index":1,"kind":"text","text":"secret-value"}],"text":"key [REDACTED]"}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+`,
+	},
+	{
+		name: "TokenShapesAndSecretsInEveryString",
+		script: "start turn_1 my key is hunter2-supersecret-value\n" + chunk("export KEY=sk-proj-abcd") + "\ntick 60ms\n" + chunk("efghijklmnopqrstuvwx and more") + `
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"curl -H 'Authorization: Bearer abc123def456ghi789' -u hunter2-supersecret-value","kind":"fetch","status":"pending","locations":[{"path":"/srv/sandboxes/c_1/hunter2-supersecret-value.txt"},{"path":"/srv/sandboxes/c_1/ghp_abcdefghijklmnopqrstuvwxyz0123456789/x"}]}}
+perm {"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t1"},"options":[{"optionId":"agent-secret-id-allow","name":"Allow with AKIAABCDEFGHIJKLMNOP","kind":"allow_once"}]}
+resolve appr_1 canceled - timeout
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"my key is [REDACTED]"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"export KEY="}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"export KEY=[REDACTED] and more"}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"curl -H 'Authorization: Bearer [REDACTED]' -u [REDACTED]","kind":"fetch","status":"pending","locations":[{"path":"[REDACTED].txt","line":null},{"path":"[REDACTED]/x","line":null}]}
+approval.requested turn_1 {"approval_id":"appr_1","tool_call_id":"tool_1","title":"curl -H 'Authorization: Bearer [REDACTED]' -u [REDACTED]","kind":"fetch","options":[{"option_id":"opt_1","kind":"allow_once","label":"Allow with [REDACTED]"}],"expires_at":"2026-08-06T12:10:00.060Z"}
+=> pending appr_1 opt_1=agent-secret-id-allow expires +10m0.06s
+approval.resolved turn_1 {"approval_id":"appr_1","decision":"canceled","option_id":"","reason":"timeout"}
+=> cancelled
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"export KEY=[REDACTED] and more"}],"text":"export KEY=[REDACTED] and more"}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"curl -H 'Authorization: Bearer [REDACTED]' -u [REDACTED]","kind":"fetch","status":"canceled","locations":[{"path":"[REDACTED].txt","line":null},{"path":"[REDACTED]/x","line":null}]}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":60,"usage":null}
+`,
+	},
+	{
+		name: "StartWhileInTurn",
+		script: "start turn_1 one\n" + chunk("partial") + `
+start turn_2 two
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"one"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"partial"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"partial"}],"text":"partial"}
+turn.completed turn_1 {"status":"failed","stop_reason":"error","error":{"code":"internal","message":"the turn was superseded by a new turn"},"duration_ms":0,"usage":null}
+turn.started turn_2 {"input":[{"type":"text","text":"two"}]}
+turn.completed turn_2 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+`,
+	},
+	{
+		name: "Malformed",
+		script: `
+start turn_1 hi
+update not json
+update {"sessionId":"sess-secret-1","update":5}
+update {"sessionId":"sess-secret-1"}
+update {"sessionId":"sess-secret-1","update":{"content":{"type":"text","text":"no kind"}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":7}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"},"messageId":42}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":12,"title":"x"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","title":"no id"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","locations":[{"path":"/srv/sandboxes/c_1/a","line":"three"}]}}
+perm {"sessionId":"sess-secret-1","options":[]}
+perm {"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t1"},"options":{"a":1}}
+perm []
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"hi"}]}
+=> no approval
+=> no approval
+=> no approval
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+`,
+	},
+}
+
+func TestScenarios(t *testing.T) {
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			c := &clock{t: epoch}
+			tr := newScripted(c, testSecret)
+			diffLines(t, run(t, tr, c, sc.script), lines(sc.want))
+		})
+	}
+}

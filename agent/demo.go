@@ -1,0 +1,264 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sync"
+)
+
+// ErrCrash is what RunDemo returns when a prompt asks it to crash. It stops
+// answering at once; the CLI turns it into exit status 3.
+var ErrCrash = errors.New("demo agent crashed on request")
+
+// RunDemo runs the demo agent: a scripted ACP agent with no model, speaking
+// over in and out, that exercises what real agents do (reasoning, tool calls,
+// file access through the client, permission requests, streamed replies,
+// cancellation) the same way every time. A prompt steers it with words:
+//
+//	read NAME   read NAME instead of README.md
+//	write NAME  ask permission, then write NAME (notes.txt without a name)
+//	env         show its environment in the reply and in a tool call's input
+//	slow        stream the reply in many chunks with a pause between them
+//	hang        stream one chunk, then wait for session/cancel
+//	crash       stop answering and return ErrCrash
+//
+// It returns nil when in ends, ctx.Err when ctx ends first. The goroutine
+// reading in may stay blocked in Read after RunDemo returns until in is
+// closed.
+func RunDemo(ctx context.Context, in io.Reader, out io.Writer, env []string) error {
+	ctx, stop := context.WithCancel(ctx)
+	d := &demo{ctx: ctx, out: out, env: env, pending: make(map[int64]chan demoReply)}
+	defer func() {
+		stop() // a turn waiting on the client ends here
+		d.turns.Wait()
+	}()
+
+	lines := make(chan []byte)
+	readErr := make(chan error, 1)
+	go func() {
+		lr := newLineReader(in, 4*DefaultMaxLine)
+		for {
+			line, err := lr.next()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			select {
+			case lines <- append([]byte(nil), line...):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-readErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case line := <-lines:
+			if err := d.handle(line); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// demo is the agent side of one connection.
+type demo struct {
+	ctx context.Context
+	env []string
+
+	wmu sync.Mutex
+	out io.Writer
+
+	mu       sync.Mutex
+	canRead  bool
+	canWrite bool
+	sessions int
+	session  string
+	cwd      string
+	tools    int
+	nextID   int64
+	pending  map[int64]chan demoReply
+	turn     *demoTurn
+	turns    sync.WaitGroup
+}
+
+type demoReply struct {
+	result json.RawMessage
+	err    *RPCError
+}
+
+func (d *demo) handle(line []byte) error {
+	var m message
+	if err := json.Unmarshal(line, &m); err != nil {
+		return nil // not for us; a real agent would log it
+	}
+	switch {
+	case m.Method != "" && len(m.ID) > 0:
+		return d.request(&m)
+	case m.Method == "session/cancel":
+		var p sessionParams
+		_ = json.Unmarshal(m.Params, &p)
+		d.mu.Lock()
+		t := d.turn
+		d.mu.Unlock()
+		if t != nil && p.SessionID == d.sessionID() {
+			t.cancel()
+		}
+	case m.Method == "":
+		id, ok := ourID(m.ID)
+		d.mu.Lock()
+		ch := d.pending[id]
+		delete(d.pending, id)
+		d.mu.Unlock()
+		if ok && ch != nil {
+			ch <- demoReply{result: m.Result, err: m.Error}
+		}
+	}
+	return nil
+}
+
+func (d *demo) request(m *message) error {
+	switch m.Method {
+	case "initialize":
+		var p initializeParams
+		if json.Unmarshal(m.Params, &p) != nil {
+			return d.fail(m.ID, codeInvalidParams, "invalid initialize params")
+		}
+		d.mu.Lock()
+		d.canRead = p.ClientCapabilities.FS.ReadTextFile
+		d.canWrite = p.ClientCapabilities.FS.WriteTextFile
+		d.mu.Unlock()
+		return d.reply(m.ID, map[string]any{
+			"protocolVersion": ProtocolVersion,
+			"agentCapabilities": map[string]any{
+				"loadSession":        false,
+				"promptCapabilities": map[string]bool{"image": false, "audio": false, "embeddedContext": false},
+			},
+			"authMethods": []any{},
+			"agentInfo":   implementation{Name: "sparkles-demo", Version: "1"},
+		})
+	case "session/new":
+		var p newSessionParams
+		if json.Unmarshal(m.Params, &p) != nil || !filepath.IsAbs(p.Cwd) {
+			return d.fail(m.ID, codeInvalidParams, "session/new needs an absolute cwd")
+		}
+		d.mu.Lock()
+		d.sessions++
+		d.session = fmt.Sprintf("demo-session-%d", d.sessions)
+		d.cwd = p.Cwd
+		d.tools = 0
+		sid := d.session
+		d.mu.Unlock()
+		return d.reply(m.ID, sessionParams{SessionID: sid})
+	case "session/prompt":
+		return d.prompt(m)
+	}
+	return d.fail(m.ID, codeMethodNotFound, "method not found: "+m.Method)
+}
+
+func (d *demo) prompt(m *message) error {
+	var p struct {
+		SessionID string            `json:"sessionId"`
+		Prompt    []json.RawMessage `json:"prompt"`
+	}
+	if json.Unmarshal(m.Params, &p) != nil {
+		return d.fail(m.ID, codeInvalidParams, "invalid prompt params")
+	}
+	if p.SessionID == "" || p.SessionID != d.sessionID() {
+		return d.fail(m.ID, codeInvalidParams, "unknown session")
+	}
+	var text string
+	for _, raw := range p.Prompt {
+		var b textBlock
+		if json.Unmarshal(raw, &b) == nil && b.Type == "text" {
+			text += b.Text
+		}
+	}
+	plan := parsePrompt(text)
+	if plan.crash {
+		return ErrCrash
+	}
+	d.mu.Lock()
+	if d.turn != nil {
+		d.mu.Unlock()
+		return d.fail(m.ID, codeInvalidRequest, "a prompt is already running")
+	}
+	t := &demoTurn{d: d, id: m.ID, session: p.SessionID, cwd: d.cwd, text: text, plan: plan, stop: make(chan struct{})}
+	d.turn = t
+	d.turns.Add(1)
+	d.mu.Unlock()
+	go func() {
+		defer d.turns.Done()
+		stopReason, usage := t.run()
+		d.mu.Lock()
+		d.turn = nil
+		d.mu.Unlock()
+		if d.ctx.Err() == nil {
+			_ = d.reply(t.id, map[string]any{"stopReason": stopReason, "usage": usage})
+		}
+	}()
+	return nil
+}
+
+func (d *demo) sessionID() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.session
+}
+
+// call sends a request to the client and waits for its answer. A cancelled
+// turn still waits: ACP has the client answer every pending request itself.
+func (d *demo) call(method string, params any) (json.RawMessage, *RPCError, error) {
+	ch := make(chan demoReply, 1)
+	d.mu.Lock()
+	id := d.nextID
+	d.nextID++
+	d.pending[id] = ch
+	d.mu.Unlock()
+	if err := d.send(request{JSONRPC: "2.0", ID: id, Method: method, Params: params}); err != nil {
+		return nil, nil, err
+	}
+	select {
+	case r := <-ch:
+		return r.result, r.err, nil
+	case <-d.ctx.Done():
+		return nil, nil, d.ctx.Err()
+	}
+}
+
+func (d *demo) notify(params any) error {
+	return d.send(notification{JSONRPC: "2.0", Method: "session/update", Params: params})
+}
+
+func (d *demo) reply(id json.RawMessage, result any) error {
+	raw, err := json.Marshal(result)
+	if err != nil {
+		return err
+	}
+	return d.send(response{JSONRPC: "2.0", ID: id, Result: raw})
+}
+
+func (d *demo) fail(id json.RawMessage, code int, msg string) error {
+	return d.send(response{JSONRPC: "2.0", ID: id, Error: &RPCError{Code: code, Message: msg}})
+}
+
+func (d *demo) send(v any) error {
+	b, err := encodeLine(v)
+	if err != nil {
+		return err
+	}
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	_, err = d.out.Write(b)
+	return err
+}

@@ -1,0 +1,345 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// demoPlan is what a prompt asks of the demo agent.
+type demoPlan struct {
+	read  string // the file the read tool reads
+	write string // the file to write; "" for none
+	env   bool
+	slow  bool
+	hang  bool
+	crash bool
+}
+
+const (
+	demoSlowChunks = 100
+	demoSlowPause  = 10 * time.Millisecond
+	demoChunkWords = 4
+)
+
+func parsePrompt(text string) demoPlan {
+	p := demoPlan{read: "README.md"}
+	fields := strings.Fields(text)
+	for i, f := range fields {
+		next := ""
+		if i+1 < len(fields) {
+			next = strings.TrimRight(strings.TrimLeft(fields[i+1], "\"'`([{<"), "\"'`.,;:!?)]}>")
+		}
+		// A word after read/write names a file only if it looks like one, so
+		// that "write a note" still writes the default file.
+		named := strings.ContainsAny(next, "./")
+		switch strings.ToLower(strings.Trim(f, "\"'`.,;:!?()[]{}<>")) {
+		case "read":
+			if named {
+				p.read = next
+			}
+		case "write":
+			p.write = "notes.txt"
+			if named {
+				p.write = next
+			}
+		case "env":
+			p.env = true
+		case "slow":
+			p.slow = true
+		case "hang":
+			p.hang = true
+		case "crash":
+			p.crash = true
+		}
+	}
+	return p
+}
+
+// demoTurn is one prompt being answered.
+type demoTurn struct {
+	d       *demo
+	id      json.RawMessage
+	session string
+	cwd     string
+	text    string
+	plan    demoPlan
+	stop    chan struct{}
+	once    sync.Once
+	chunks  int
+}
+
+var errDemoCancelled = errors.New("turn cancelled")
+
+func (t *demoTurn) cancel() { t.once.Do(func() { close(t.stop) }) }
+
+func (t *demoTurn) cancelled() bool {
+	select {
+	case <-t.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// run plays the script and returns the stop reason and a usage report that
+// depends only on the prompt and the reply.
+func (t *demoTurn) run() (string, map[string]int) {
+	reason := "end_turn"
+	if err := t.script(); err != nil {
+		reason = "cancelled"
+	}
+	in := len(strings.Fields(t.text))
+	return reason, map[string]int{"inputTokens": in, "outputTokens": t.chunks, "totalTokens": in + t.chunks}
+}
+
+func (t *demoTurn) script() error {
+	for _, s := range []string{"Reading the request. ", "Deciding which file to look at. ", "Planning the reply."} {
+		if err := t.chunk("agent_thought_chunk", s); err != nil {
+			return err
+		}
+	}
+	reply := []string{fmt.Sprintf("You asked: %q.", t.text)}
+	s, err := t.readTool()
+	if err != nil {
+		return err
+	}
+	reply = append(reply, s)
+	if t.plan.write != "" {
+		s, err := t.writeTool()
+		if err != nil {
+			return err
+		}
+		reply = append(reply, s)
+	}
+	if t.plan.env {
+		s, err := t.envTool()
+		if err != nil {
+			return err
+		}
+		reply = append(reply, s)
+	}
+	reply = append(reply, "That is all from the demo agent.")
+	return t.stream(strings.Join(reply, " "))
+}
+
+// stream sends the reply in chunks of a few words, without a messageId, as
+// many real agents do.
+func (t *demoTurn) stream(text string) error {
+	if t.plan.hang {
+		if err := t.chunk("agent_message_chunk", "Working on it... "); err != nil {
+			return err
+		}
+		select {
+		case <-t.stop:
+		case <-t.d.ctx.Done():
+		}
+		return errDemoCancelled
+	}
+	if t.plan.slow {
+		for i := 1; i <= demoSlowChunks; i++ {
+			if err := t.chunk("agent_message_chunk", fmt.Sprintf("Step %d of %d. ", i, demoSlowChunks)); err != nil {
+				return err
+			}
+			if err := t.pause(demoSlowPause); err != nil {
+				return err
+			}
+		}
+	}
+	words := strings.Fields(text)
+	for i := 0; i < len(words); i += demoChunkWords {
+		part := strings.Join(words[i:min(i+demoChunkWords, len(words))], " ")
+		if i+demoChunkWords < len(words) {
+			part += " "
+		}
+		if err := t.chunk("agent_message_chunk", part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *demoTurn) pause(d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-t.stop:
+		return errDemoCancelled
+	case <-t.d.ctx.Done():
+		return errDemoCancelled
+	}
+}
+
+func (t *demoTurn) readTool() (string, error) {
+	name := t.plan.read
+	path := t.abs(name)
+	id := t.d.nextTool()
+	if err := t.update(map[string]any{
+		"sessionUpdate": "tool_call", "toolCallId": id, "title": "Read " + name, "kind": "read",
+		"status": "pending", "locations": []map[string]any{{"path": path}}, "rawInput": map[string]any{"path": path},
+	}); err != nil {
+		return "", err
+	}
+	if err := t.toolStatus(id, "in_progress", nil); err != nil {
+		return "", err
+	}
+	if !t.d.can(false) {
+		return fmt.Sprintf("I could not read %s: the client shares no files.", name), t.toolStatus(id, "failed", nil)
+	}
+	res, rpcErr, err := t.d.call("fs/read_text_file", map[string]any{"sessionId": t.session, "path": path, "line": 1, "limit": 50})
+	if err != nil {
+		return "", err
+	}
+	var r readResult
+	if rpcErr != nil || json.Unmarshal(res, &r) != nil {
+		return fmt.Sprintf("I could not read %s.", name), t.toolStatus(id, "failed", nil)
+	}
+	if err := t.toolStatus(id, "completed", map[string]any{"rawOutput": map[string]any{"content": r.Content}}); err != nil {
+		return "", err
+	}
+	for _, l := range strings.Split(r.Content, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			if len(l) > 80 {
+				l = l[:80]
+			}
+			return fmt.Sprintf("%s begins with %q.", name, l), nil
+		}
+	}
+	return fmt.Sprintf("%s is empty.", name), nil
+}
+
+func (t *demoTurn) writeTool() (string, error) {
+	name := t.plan.write
+	path := t.abs(name)
+	content := fmt.Sprintf("Written by the Sparkles demo agent.\nPrompt: %s\n", t.text)
+	id := t.d.nextTool()
+	call := map[string]any{
+		"toolCallId": id, "title": "Write " + name, "kind": "edit", "status": "pending",
+		"locations": []map[string]any{{"path": path}}, "rawInput": map[string]any{"path": path, "content": content},
+	}
+	announce := map[string]any{"sessionUpdate": "tool_call"}
+	for k, v := range call {
+		announce[k] = v
+	}
+	if err := t.update(announce); err != nil {
+		return "", err
+	}
+	res, rpcErr, err := t.d.call("session/request_permission", map[string]any{
+		"sessionId": t.session,
+		"toolCall":  call,
+		"options": []map[string]string{
+			{"optionId": "allow_once", "name": "Allow", "kind": "allow_once"},
+			{"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
+		},
+	})
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		Outcome struct {
+			Outcome  string `json:"outcome"`
+			OptionID string `json:"optionId"`
+		} `json:"outcome"`
+	}
+	if rpcErr != nil || json.Unmarshal(res, &out) != nil {
+		return fmt.Sprintf("I could not ask to write %s.", name), t.toolStatus(id, "failed", nil)
+	}
+	switch {
+	case out.Outcome.Outcome == "cancelled":
+		// The failed status still goes out: the tool call must not hang open.
+		_ = t.send(map[string]any{"sessionUpdate": "tool_call_update", "toolCallId": id, "status": "failed"})
+		return "", errDemoCancelled
+	case out.Outcome.Outcome != "selected" || out.Outcome.OptionID != "allow_once":
+		return fmt.Sprintf("You did not let me write %s.", name), t.toolStatus(id, "failed", nil)
+	}
+	if err := t.toolStatus(id, "in_progress", nil); err != nil {
+		return "", err
+	}
+	if !t.d.can(true) {
+		return fmt.Sprintf("I could not write %s: the client shares no files.", name), t.toolStatus(id, "failed", nil)
+	}
+	_, rpcErr, err = t.d.call("fs/write_text_file", map[string]any{"sessionId": t.session, "path": path, "content": content})
+	if err != nil {
+		return "", err
+	}
+	if rpcErr != nil {
+		return fmt.Sprintf("I could not write %s.", name), t.toolStatus(id, "failed", nil)
+	}
+	return fmt.Sprintf("I wrote %s.", name), t.toolStatus(id, "completed", nil)
+}
+
+func (t *demoTurn) envTool() (string, error) {
+	id := t.d.nextTool()
+	env := append([]string{}, t.d.env...)
+	if err := t.update(map[string]any{
+		"sessionUpdate": "tool_call", "toolCallId": id, "title": "Read the environment", "kind": "other",
+		"status": "in_progress", "rawInput": map[string]any{"env": env},
+	}); err != nil {
+		return "", err
+	}
+	if err := t.toolStatus(id, "completed", nil); err != nil {
+		return "", err
+	}
+	if len(env) == 0 {
+		return "My environment is empty.", nil
+	}
+	return "My environment: " + strings.Join(env, " ") + ".", nil
+}
+
+func (t *demoTurn) abs(name string) string {
+	if filepath.IsAbs(name) {
+		return filepath.Clean(name)
+	}
+	return filepath.Join(t.cwd, name)
+}
+
+func (t *demoTurn) chunk(kind, text string) error {
+	if kind == "agent_message_chunk" {
+		t.chunks++
+	}
+	return t.update(map[string]any{"sessionUpdate": kind, "content": map[string]string{"type": "text", "text": text}})
+}
+
+func (t *demoTurn) toolStatus(id, status string, extra map[string]any) error {
+	u := map[string]any{"sessionUpdate": "tool_call_update", "toolCallId": id, "status": status}
+	for k, v := range extra {
+		u[k] = v
+	}
+	return t.update(u)
+}
+
+// update sends a session update unless the turn was cancelled, which is where
+// a cancelled turn stops.
+func (t *demoTurn) update(u map[string]any) error {
+	if t.cancelled() {
+		return errDemoCancelled
+	}
+	return t.send(u)
+}
+
+func (t *demoTurn) send(u map[string]any) error {
+	return t.d.notify(map[string]any{"sessionId": t.session, "update": u})
+}
+
+func (d *demo) nextTool() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.tools++
+	return fmt.Sprintf("call_%d", d.tools)
+}
+
+// can reports whether the client advertised file reads (or writes).
+func (d *demo) can(write bool) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if write {
+		return d.canWrite
+	}
+	return d.canRead
+}

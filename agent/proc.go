@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// proc is the agent being run: a process, or a function in this process.
+type proc struct {
+	pid  int               // 0 for an agent in this process
+	kill func()            // ends the agent at once; safe to repeat
+	wait func() *ExitError // blocks until the agent has ended
+}
+
+// startCommand runs the agent as a process in a process group of its own.
+// The agent's ends of the pipes are closed here once the child holds them.
+func startCommand(cfg Config, dir, path string, env []string, stdin, stdout *os.File, grace time.Duration) (*proc, error) {
+	cmd := &exec.Cmd{
+		Path:      path,
+		Args:      cfg.Command,
+		Dir:       dir,
+		Env:       env,
+		Stdin:     stdin,
+		Stdout:    stdout,
+		Stderr:    cfg.Stderr,
+		WaitDelay: grace, // bounds the copy of stderr held open by the agent's children
+	}
+	setProcessGroup(cmd)
+	err := cmd.Start()
+	stdin.Close()
+	stdout.Close()
+	if err != nil {
+		return nil, err
+	}
+	return &proc{
+		pid:  cmd.Process.Pid,
+		kill: func() { killGroup(cmd) },
+		wait: func() *ExitError {
+			err := cmd.Wait()
+			if st := cmd.ProcessState; st != nil {
+				return &ExitError{Code: st.ExitCode(), state: st.String()}
+			}
+			return &ExitError{Code: -1, state: fmt.Sprint(err)}
+		},
+	}, nil
+}
+
+// startFunc runs an agent in this process, over real pipes so that it is
+// driven exactly as a process is. Its exit status follows the CLI's: 0 when
+// it returns nil, 3 for ErrCrash, 2 for a panic, 1 for any other error.
+func startFunc(run func(context.Context, io.Reader, io.Writer, []string) error, env []string, stdin, stdout *os.File) *proc {
+	ctx, cancel := context.WithCancel(context.Background())
+	// Closing the agent's ends unblocks it when it is stuck on a pipe.
+	stop := func() {
+		cancel()
+		stdin.Close()
+		stdout.Close()
+	}
+	ended := make(chan *ExitError, 1)
+	go func() {
+		code := 2
+		defer func() {
+			recover() // a panicking agent is an agent that exited, not a server crash
+			stop()
+			ended <- &ExitError{Code: code, state: fmt.Sprintf("exit status %d", code)}
+		}()
+		err := run(ctx, stdin, stdout, env)
+		switch {
+		case err == nil:
+			code = 0
+		case errors.Is(err, ErrCrash):
+			code = 3
+		default:
+			code = 1
+		}
+	}()
+	return &proc{
+		kill: stop,
+		wait: func() *ExitError { return <-ended },
+	}
+}
+
+// lookPath finds the agent command on the PATH of the agent's own
+// environment, which may differ from the server's; without one it falls back
+// to the server's.
+func lookPath(name string, env []string) (string, error) {
+	if strings.ContainsRune(name, filepath.Separator) {
+		return name, nil
+	}
+	pathVar, found := "", false
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == "PATH" {
+			pathVar, found = v, true
+		}
+	}
+	if !found {
+		return exec.LookPath(name)
+	}
+	for _, d := range filepath.SplitList(pathVar) {
+		if !filepath.IsAbs(d) {
+			continue // a relative entry would resolve against the sandbox: not trusted
+		}
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: not found on the agent's PATH", name)
+}

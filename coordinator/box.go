@@ -1,20 +1,324 @@
 package coordinator
 
-// box is the runtime of one sandbox.
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/agent"
+	"github.com/sparkles-dev/sparkles/sandbox"
+	"github.com/sparkles-dev/sparkles/translate"
+)
+
+// box is the runtime of one sandbox: an actor goroutine that owns the agent
+// connection, the translator and the current turn. Everything that changes
+// them runs on that goroutine, as a command or as an inbound agent message,
+// so the order of events in the log is the order things happened.
 type box struct {
-	c  *Coordinator
-	id string
+	c    *Coordinator
+	id   string
+	cmds chan func()
+
+	// Owned by the actor goroutine.
+	conn      *agent.Conn
+	booting   bool
+	tr        *translate.Translator
+	turn      *turnRun
+	approvals map[string]*approvalRun
+	deleted   bool
+
+	flush       *time.Timer
+	turnTimer   *time.Timer
+	cancelTimer *time.Timer
+	apprTimer   *time.Timer
+	bootDone    chan bootResult
+}
+
+type turnRun struct {
+	turn     sandbox.Turn
+	text     string
+	running  bool // prompt sent to the agent
+	canceled bool
+}
+
+type approvalRun struct {
+	req       agent.RequestID
+	data      sandbox.ApprovalRequested
+	pending   translate.Pending
+}
+
+type bootResult struct {
+	conn *agent.Conn
+	err  error
 }
 
 func (c *Coordinator) box(id string) (*box, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b, ok := c.boxes[id]
-	if !ok {
-		b = &box{c: c, id: id}
-		c.boxes[id] = b
+	if b, ok := c.boxes[id]; ok {
+		return b, nil
 	}
+	if c.ctx.Err() != nil {
+		return nil, sandbox.Errorf(sandbox.EConflict, "the server is shutting down")
+	}
+	b := &box{
+		c:         c,
+		id:        id,
+		cmds:      make(chan func()),
+		approvals: map[string]*approvalRun{},
+		bootDone:  make(chan bootResult, 1),
+		flush:     stoppedTimer(),
+		turnTimer: stoppedTimer(),
+		cancelTimer: stoppedTimer(),
+		apprTimer: stoppedTimer(),
+	}
+	c.boxes[id] = b
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		b.run(c.ctx)
+	}()
 	return b, nil
 }
 
-func (b *box) boot() {}
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// do runs fn on the box's goroutine and waits for it.
+func (b *box) do(ctx context.Context, fn func()) error {
+	done := make(chan struct{})
+	select {
+	case b.cmds <- func() { defer close(done); fn() }:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.c.ctx.Done():
+		return sandbox.Errorf(sandbox.EConflict, "the server is shutting down")
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		// The command still runs to its end on the box goroutine.
+		<-done
+		return nil
+	}
+}
+
+func (b *box) run(ctx context.Context) {
+	for {
+		var inbox <-chan agent.Inbound
+		if b.conn != nil {
+			inbox = b.conn.Inbox()
+		}
+		select {
+		case <-ctx.Done():
+			b.shutdown()
+			return
+		case fn := <-b.cmds:
+			fn()
+		case in, ok := <-inbox:
+			if !ok {
+				b.agentGone(nil, false)
+				break
+			}
+			b.inbound(in)
+		case res := <-b.bootDone:
+			b.booted(res)
+		case <-b.flush.C:
+			if b.tr != nil {
+				b.emit(b.tr.Flush())
+			}
+		case <-b.turnTimer.C:
+			b.turnTimedOut()
+		case <-b.cancelTimer.C:
+			b.cancelOverdue()
+		case <-b.apprTimer.C:
+			b.expireApprovals()
+		}
+		b.armFlush()
+	}
+}
+
+func (b *box) log() *slog.Logger { return b.c.log.With("sandbox_id", b.id) }
+
+func (b *box) dir() string { return filepath.Join(b.c.cfg.DataDir, "sandboxes", b.id) }
+
+// emit appends events durably. A store failure is logged: the events are lost
+// to the log, and the server says so in its own log with the cause.
+func (b *box) emit(evs []*sandbox.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	if err := b.c.store.Append(context.Background(), b.id, evs, nil); err != nil {
+		b.log().Error("append failed", "err", err, "events", len(evs))
+	}
+}
+
+func (b *box) setStatus(status, detail string, evs ...*sandbox.Event) {
+	err := b.c.store.Append(context.Background(), b.id, evs, func(st *sandbox.State) error {
+		if st.Sandbox.Status == sandbox.StatusDeleted && status != sandbox.StatusDeleted {
+			return nil
+		}
+		st.Sandbox.Status, st.Sandbox.StatusDetail = status, detail
+		st.Sandbox.UpdatedAt = b.c.now()
+		return nil
+	})
+	if err != nil {
+		b.log().Error("status update failed", "status", status, "err", err)
+	}
+}
+
+func (b *box) armFlush() {
+	b.flush.Stop()
+	if b.tr == nil {
+		return
+	}
+	if at, ok := b.tr.NextFlush(); ok {
+		b.flush.Reset(max(time.Until(at), 0))
+	}
+}
+
+// translator returns the sandbox's translator, built from its private config.
+func (b *box) translator() (*translate.Translator, config, error) {
+	var cfg config
+	raw, err := b.c.store.Config(context.Background(), b.id)
+	if err != nil {
+		return nil, cfg, err
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, cfg, fmt.Errorf("decode sandbox config: %w", err)
+	}
+	if b.tr == nil {
+		secrets := make([]string, 0, len(cfg.Secrets))
+		for _, v := range cfg.Secrets {
+			secrets = append(secrets, v)
+		}
+		sort.Strings(secrets)
+		b.tr = translate.New(translate.Config{
+			SandboxID:     b.id,
+			Dir:           filepath.Join(b.dir(), "work"),
+			Secrets:       secrets,
+			FlushInterval: b.c.cfg.FlushInterval,
+			ApprovalTTL:   b.c.cfg.ApprovalTimeout,
+			Now:           b.c.cfg.Now,
+		})
+	}
+	return b.tr, cfg, nil
+}
+
+// boot starts the agent in the background; the result arrives on bootDone.
+func (b *box) boot() {
+	if b.conn != nil || b.booting || b.deleted {
+		return
+	}
+	sb, err := b.c.store.Sandbox(context.Background(), b.id)
+	if err != nil {
+		b.log().Error("boot: read sandbox", "err", err)
+		return
+	}
+	_, cfg, err := b.translator()
+	if err != nil {
+		b.log().Error("boot: read config", "err", err)
+		b.setStatus(sandbox.StatusFailed, "the sandbox configuration could not be read")
+		return
+	}
+	command := b.c.cfg.Agents[sb.Agent]
+	builtin := b.c.cfg.Builtins[sb.Agent]
+	if len(command) == 0 && builtin == nil {
+		msg := fmt.Sprintf("agent %q is not registered on this server", sb.Agent)
+		b.setStatus(sandbox.StatusFailed, msg, b.tr.Error(sandbox.ErrAgentStartFailed, msg)...)
+		b.failQueued(sandbox.ErrAgentStartFailed, msg)
+		return
+	}
+	b.booting = true
+	b.setStatus(sandbox.StatusBooting, fmt.Sprintf("starting agent %q", sb.Agent))
+	work := filepath.Join(b.dir(), "work")
+	acfg := agent.Config{
+		Command: command,
+		Run:     builtin,
+		Dir:     work,
+		Env:     agentEnv(cfg),
+		Logger:  b.log(),
+	}
+	timeout := b.c.cfg.BootTimeout
+	go func() {
+		res := bootResult{}
+		defer func() { b.bootDone <- res }()
+		if err := os.MkdirAll(work, 0o700); err != nil {
+			res.err = errors.New("the sandbox directory could not be created")
+			return
+		}
+		logf, err := os.OpenFile(filepath.Join(b.dir(), "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err == nil {
+			acfg.Stderr = logf
+		}
+		ctx, cancel := context.WithTimeout(b.c.ctx, timeout)
+		defer cancel()
+		res.conn, res.err = agent.Start(ctx, acfg)
+		if logf != nil {
+			if res.err != nil {
+				logf.Close()
+			} else {
+				go func() { <-res.conn.Done(); logf.Close() }()
+			}
+		}
+		if res.err != nil && ctx.Err() == context.DeadlineExceeded {
+			res.err = fmt.Errorf("the agent did not start a session within %s", timeout)
+		}
+	}()
+}
+
+// agentEnv is the whole environment of an agent: a minimal base from the
+// server's own (PATH, HOME, LANG) and the sandbox's env and secrets. Nothing
+// else of the server's environment, such as its token, reaches the agent.
+func agentEnv(cfg config) []string {
+	env := []string{}
+	for _, k := range []string{"PATH", "HOME", "LANG"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	for _, m := range []map[string]string{cfg.Env, cfg.Secrets} {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			env = append(env, k+"="+m[k])
+		}
+	}
+	return env
+}
+
+func (b *box) booted(res bootResult) {
+	b.booting = false
+	if res.err != nil {
+		if b.deleted {
+			return
+		}
+		msg := "the agent could not start: " + res.err.Error()
+		b.log().Warn("agent boot failed", "err", res.err)
+		b.setStatus(sandbox.StatusFailed, msg, b.tr.Error(sandbox.ErrAgentStartFailed, msg)...)
+		b.failQueued(sandbox.ErrAgentStartFailed, msg)
+		return
+	}
+	if b.deleted || b.c.ctx.Err() != nil {
+		res.conn.Close()
+		return
+	}
+	b.conn = res.conn
+	b.setStatus(sandbox.StatusReady, "the agent is ready")
+	if b.turn != nil && !b.turn.running {
+		b.runTurn()
+	}
+}

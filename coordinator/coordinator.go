@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"slices"
@@ -24,7 +25,11 @@ type Config struct {
 	// Agents maps agent names to the command that starts them. With no
 	// agents at all, sandboxes have no runtime and go straight to ready
 	// (the event log alone, as embedded tests use it).
-	Agents       map[string][]string
+	Agents map[string][]string
+	// Builtins are agents run in-process over pipes instead of as a process
+	// (the demo agent inside an embedding program's tests). A name in both
+	// maps runs as the builtin.
+	Builtins     map[string]BuiltinAgent
 	DefaultAgent string
 
 	BootTimeout     time.Duration // default 30s
@@ -35,6 +40,11 @@ type Config struct {
 	Logger *slog.Logger
 	Now    func() time.Time
 }
+
+// BuiltinAgent is an ACP agent that runs in-process: it reads requests from
+// stdin and writes to stdout until ctx ends or stdin closes. env is the
+// environment the agent would have had as a process.
+type BuiltinAgent func(ctx context.Context, stdin io.Reader, stdout io.Writer, env []string) error
 
 // Coordinator runs sandboxes. Its methods are safe for concurrent use.
 type Coordinator struct {
@@ -91,15 +101,32 @@ func New(cfg Config) (*Coordinator, error) {
 	def(&cfg.TurnTimeout, 30*time.Minute)
 	def(&cfg.ApprovalTimeout, 10*time.Minute)
 	def(&cfg.FlushInterval, 50*time.Millisecond)
-	if cfg.DefaultAgent == "" && len(cfg.Agents) > 0 {
-		names := slices.Sorted(maps.Keys(cfg.Agents))
-		cfg.DefaultAgent = names[0]
+	if cfg.DefaultAgent == "" {
+		if names := agentNames(cfg); len(names) > 0 {
+			cfg.DefaultAgent = names[0]
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Coordinator{cfg: cfg, store: cfg.Store, log: cfg.Logger, ctx: ctx, cancel: cancel, boxes: map[string]*box{}}, nil
 }
 
-func (c *Coordinator) now() time.Time { return c.cfg.Now().UTC() }
+// now is the coordinator clock in UTC at the millisecond precision of the contract.
+func (c *Coordinator) now() time.Time { return c.cfg.Now().UTC().Truncate(time.Millisecond) }
+
+// agentNames lists every agent a sandbox may ask for, sorted.
+func agentNames(cfg Config) []string {
+	names := slices.Collect(maps.Keys(cfg.Agents))
+	for n := range cfg.Builtins {
+		if _, ok := cfg.Agents[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// hasAgents reports whether sandboxes get an agent runtime at all.
+func (c *Coordinator) hasAgents() bool { return len(c.cfg.Agents)+len(c.cfg.Builtins) > 0 }
 
 func checkMap(field string, m map[string]string) error {
 	if len(m) > maxMapEntries {
@@ -127,13 +154,13 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 		}
 	}
 	agentName := p.Agent
-	if len(c.cfg.Agents) > 0 {
+	if c.hasAgents() {
 		if agentName == "" {
 			agentName = c.cfg.DefaultAgent
 		}
-		if _, ok := c.cfg.Agents[agentName]; !ok {
+		if !slices.Contains(agentNames(c.cfg), agentName) {
 			return sandbox.Sandbox{}, sandbox.Errorf(sandbox.EInvalidRequest,
-				"unknown agent %q; this server has: %v", agentName, slices.Sorted(maps.Keys(c.cfg.Agents)))
+				"unknown agent %q; this server has: %v", agentName, agentNames(c.cfg))
 		}
 	} else if agentName != "" {
 		return sandbox.Sandbox{}, sandbox.Errorf(sandbox.EInvalidRequest, "unknown agent %q; this server runs no agents", agentName)
@@ -151,7 +178,7 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
 	}
-	if len(c.cfg.Agents) == 0 {
+	if !c.hasAgents() {
 		sb.Status = sandbox.StatusReady
 	}
 	cfgJSON, err := json.Marshal(config{Env: p.Env, Secrets: p.Secrets})
@@ -161,7 +188,7 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 	if err := c.store.Create(ctx, sb, cfgJSON); err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	if len(c.cfg.Agents) > 0 {
+	if c.hasAgents() {
 		b, err := c.box(sb.ID)
 		if err != nil {
 			return sandbox.Sandbox{}, err
@@ -198,14 +225,6 @@ func (c *Coordinator) Head(id string) (Head, error) { return c.store.Head(id) }
 
 // Wait returns a channel closed at the next change of a sandbox's log or state.
 func (c *Coordinator) Wait(id string) <-chan struct{} { return c.store.Wait(id) }
-
-// Turn returns a turn of a sandbox.
-func (c *Coordinator) Turn(ctx context.Context, id, turnID string) (sandbox.Turn, error) {
-	if _, err := c.store.Sandbox(ctx, id); err != nil {
-		return sandbox.Turn{}, err
-	}
-	return c.store.Turn(ctx, id, turnID)
-}
 
 // AppendEvents appends curated events to a sandbox's log. The agent runtime
 // appends through the same path; it is exported for embedding and tests.

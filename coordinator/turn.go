@@ -1,0 +1,400 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/agent"
+	"github.com/sparkles-dev/sparkles/sandbox"
+	"github.com/sparkles-dev/sparkles/translate"
+)
+
+// cancelGrace is how long an agent may take to answer session/cancel before
+// the turn is completed without it and the agent is stopped.
+const cancelGrace = 10 * time.Second
+
+var cancelledOutcome = map[string]any{"outcome": map[string]string{"outcome": "cancelled"}}
+
+func (b *box) startTurn(input string) (sandbox.Turn, error) {
+	if b.deleted {
+		return sandbox.Turn{}, sandbox.Errorf(sandbox.EConflict, "sandbox %s is deleted; create a new one", b.id)
+	}
+	if b.turn != nil {
+		return sandbox.Turn{}, sandbox.Errorf(sandbox.ETurnInProgress,
+			"turn %s is still %s; wait for its turn.completed or cancel it", b.turn.turn.ID, b.turn.turn.Status)
+	}
+	if _, _, err := b.translator(); err != nil {
+		return sandbox.Turn{}, err
+	}
+	t := &turnRun{
+		turn: sandbox.Turn{
+			ID: sandbox.NewID(sandbox.PrefixTurn), Object: "turn", SandboxID: b.id,
+			Status: sandbox.TurnQueued, Input: sandbox.TextInput(input), CreatedAt: b.c.now(),
+		},
+		text: input,
+	}
+	b.turn = t
+	if b.conn != nil {
+		b.runTurn()
+		return t.turn, nil
+	}
+	queued := t.turn
+	err := b.c.store.Append(context.Background(), b.id, nil, func(st *sandbox.State) error {
+		st.Sandbox.CurrentTurn = &queued
+		return nil
+	})
+	if err != nil {
+		b.turn = nil
+		return sandbox.Turn{}, err
+	}
+	b.boot()
+	return t.turn, nil
+}
+
+func (b *box) runTurn() {
+	t := b.turn
+	b.emit(b.tr.StartTurn(t.turn.ID, t.turn.Input))
+	t.running, t.turn.Status = true, sandbox.TurnRunning
+	if err := b.conn.Prompt(t.turn.ID, t.text); err != nil {
+		b.log().Warn("prompt failed", "err", err)
+		b.agentGone(err, false)
+		return
+	}
+	b.turnTimer.Reset(b.c.cfg.TurnTimeout)
+}
+
+// endTurn completes the current turn: pending permission requests are
+// answered cancelled, then the translator closes parts, resolves approvals,
+// settles tools and writes exactly one turn.completed.
+func (b *box) endTurn(res translate.TurnResult, extra ...*sandbox.Event) []*sandbox.Event {
+	if b.turn == nil {
+		return extra
+	}
+	for id, a := range b.approvals {
+		if b.conn != nil {
+			b.respond(a.req, cancelledOutcome)
+		}
+		delete(b.approvals, id)
+	}
+	if !b.turn.running {
+		// A queued turn never reached the agent: it still starts and ends in
+		// the log, so every accepted turn has its turn.completed.
+		extra = append(extra, b.tr.StartTurn(b.turn.turn.ID, b.turn.turn.Input)...)
+	}
+	evs := append(extra, b.tr.EndTurn(res)...)
+	b.turn = nil
+	b.turnTimer.Stop()
+	b.cancelTimer.Stop()
+	b.apprTimer.Stop()
+	return evs
+}
+
+func (b *box) failQueued(code, msg string) {
+	if b.turn == nil {
+		return
+	}
+	b.emit(b.endTurn(translate.TurnResult{Err: &sandbox.ErrorInfo{Code: code, Message: msg}}))
+}
+
+func (b *box) respond(req agent.RequestID, result any) {
+	if b.conn == nil {
+		return
+	}
+	if err := b.conn.Respond(req, result); err != nil {
+		b.log().Warn("answer to agent failed", "err", err)
+	}
+}
+
+func (b *box) inbound(in agent.Inbound) {
+	switch in.Kind {
+	case agent.Update:
+		b.emit(b.tr.Update(in.Params))
+	case agent.Permission:
+		if b.turn == nil || !b.turn.running || b.turn.canceled {
+			// Asked outside a live turn (late, or after a cancel): there is no
+			// one to ask, so the answer is cancelled and nothing is published.
+			b.respond(in.Request, cancelledOutcome)
+			return
+		}
+		p, evs := b.tr.RequestPermission(in.Params)
+		if p.ApprovalID == "" {
+			// Nothing a person could decide on (no option we understand).
+			b.respond(in.Request, cancelledOutcome)
+			b.emit(evs)
+			return
+		}
+		run := &approvalRun{req: in.Request, pending: p}
+		for _, ev := range evs {
+			if d, ok := ev.Data.(*sandbox.ApprovalRequested); ok {
+				run.data = *d
+			}
+		}
+		b.approvals[p.ApprovalID] = run
+		b.emit(evs)
+		b.armApprovals()
+	case agent.PromptDone:
+		if b.turn == nil || !b.turn.running || in.TurnID != b.turn.turn.ID {
+			return // the answer of a turn that already ended
+		}
+		res := translate.TurnResult{StopReason: in.StopReason, Canceled: b.turn.canceled, Usage: parseUsage(in.Usage)}
+		if in.Err != nil && !b.turn.canceled {
+			res.Err = &sandbox.ErrorInfo{Code: sandbox.ErrProtocol, Message: "the agent answered the prompt with an error"}
+		}
+		b.emit(b.endTurn(res))
+	case agent.Exited:
+		b.agentGone(in.Err, in.Protocol)
+	}
+}
+
+// parseUsage reads the token counts an agent may report with its answer.
+func parseUsage(raw json.RawMessage) *sandbox.Usage {
+	if len(raw) == 0 {
+		return nil
+	}
+	var u struct {
+		InputTokens  *int64 `json:"inputTokens"`
+		OutputTokens *int64 `json:"outputTokens"`
+		TotalTokens  *int64 `json:"totalTokens"`
+	}
+	if json.Unmarshal(raw, &u) != nil || (u.InputTokens == nil && u.OutputTokens == nil && u.TotalTokens == nil) {
+		return nil
+	}
+	var out sandbox.Usage
+	if u.InputTokens != nil {
+		out.InputTokens = *u.InputTokens
+	}
+	if u.OutputTokens != nil {
+		out.OutputTokens = *u.OutputTokens
+	}
+	if u.TotalTokens != nil {
+		out.TotalTokens = *u.TotalTokens
+	} else {
+		out.TotalTokens = out.InputTokens + out.OutputTokens
+	}
+	return &out
+}
+
+// agentGone handles an agent that is no longer there: the running turn fails,
+// its approvals fail, and the sandbox waits for the next turn to boot again.
+func (b *box) agentGone(cause error, protocol bool) {
+	if b.conn == nil {
+		return
+	}
+	b.conn.Close()
+	b.conn = nil
+	code, msg := sandbox.ErrAgentExited, "the agent exited unexpectedly"
+	if protocol {
+		code, msg = sandbox.ErrProtocol, "the agent broke the protocol and was stopped"
+		if cause != nil {
+			msg += ": " + cause.Error()
+		}
+	}
+	b.log().Warn("agent gone", "err", cause, "protocol", protocol)
+	evs := b.tr.Error(code, msg)
+	evs = b.endTurn(translate.TurnResult{Err: &sandbox.ErrorInfo{Code: sandbox.ErrAgentExited, Message: msg}}, evs...)
+	b.setStatus(sandbox.StatusStopped, msg+"; it starts again with the next turn", evs...)
+}
+
+func (b *box) cancel(turnID string) (sandbox.Turn, error) {
+	if b.turn == nil || b.turn.turn.ID != turnID {
+		return b.c.store.Turn(context.Background(), b.id, turnID)
+	}
+	t := b.turn
+	if !t.running {
+		out := t.turn
+		out.Status = sandbox.TurnCanceled
+		b.emit(b.endTurn(translate.TurnResult{Canceled: true}))
+		return b.c.store.Turn(context.Background(), b.id, turnID)
+	}
+	if t.canceled {
+		return t.turn, nil
+	}
+	t.canceled = true
+	if err := b.conn.Cancel(); err != nil {
+		b.log().Warn("session/cancel failed", "err", err)
+	}
+	var evs []*sandbox.Event
+	for id, a := range b.approvals {
+		b.respond(a.req, cancelledOutcome)
+		_, e, err := b.tr.ResolveApproval(id, sandbox.DecisionCanceled, "", sandbox.ReasonTurnCanceled)
+		if err == nil {
+			evs = append(evs, e...)
+		}
+		delete(b.approvals, id)
+	}
+	b.emit(evs)
+	b.apprTimer.Stop()
+	b.cancelTimer.Reset(cancelGrace)
+	return t.turn, nil
+}
+
+func (b *box) cancelOverdue() {
+	if b.turn == nil || !b.turn.canceled {
+		return
+	}
+	msg := fmt.Sprintf("the agent did not stop within %s of the cancel and was stopped", cancelGrace)
+	b.stopAgent()
+	evs := b.endTurn(translate.TurnResult{Canceled: true})
+	b.setStatus(sandbox.StatusStopped, msg+"; it starts again with the next turn", evs...)
+}
+
+func (b *box) turnTimedOut() {
+	if b.turn == nil {
+		return
+	}
+	msg := fmt.Sprintf("the turn ran longer than %s and was stopped", b.c.cfg.TurnTimeout)
+	if b.conn != nil {
+		b.conn.Cancel()
+	}
+	b.stopAgent()
+	evs := b.tr.Error(sandbox.ErrTurnTimeout, msg)
+	evs = b.endTurn(translate.TurnResult{Err: &sandbox.ErrorInfo{Code: sandbox.ErrTurnTimeout, Message: msg}}, evs...)
+	b.setStatus(sandbox.StatusStopped, "the agent was stopped after a turn timeout; it starts again with the next turn", evs...)
+}
+
+// stopAgent stops the agent on purpose: its exit is not an error.
+func (b *box) stopAgent() {
+	if b.conn == nil {
+		return
+	}
+	conn := b.conn
+	b.conn = nil
+	for id, a := range b.approvals {
+		_ = a
+		delete(b.approvals, id)
+	}
+	conn.Close()
+}
+
+func (b *box) decide(approvalID string, d Decision) (sandbox.Approval, error) {
+	a, ok := b.approvals[approvalID]
+	if !ok {
+		appr, err := b.c.store.Approval(context.Background(), b.id, approvalID)
+		if err != nil {
+			return sandbox.Approval{}, err
+		}
+		if appr.Status == sandbox.ApprovalDone {
+			dec := ""
+			if appr.Decision != nil {
+				dec = *appr.Decision
+			}
+			return sandbox.Approval{}, sandbox.Errorf(sandbox.EApprovalResolved, "approval %s was already resolved (%s)", approvalID, dec)
+		}
+		return sandbox.Approval{}, sandbox.Errorf(sandbox.EConflict, "approval %s is not pending on this server", approvalID)
+	}
+	var decision string
+	switch {
+	case d.OptionID != "" && d.Decision != "":
+		return sandbox.Approval{}, sandbox.Errorf(sandbox.EInvalidRequest, "give either decision or option_id, not both")
+	case d.OptionID != "":
+		for _, o := range a.data.Options {
+			if o.OptionID == d.OptionID {
+				decision = sandbox.DecisionDenied
+				if o.Kind == sandbox.OptionAllowOnce || o.Kind == sandbox.OptionAllowAlways {
+					decision = sandbox.DecisionApproved
+				}
+			}
+		}
+		if decision == "" {
+			ids := make([]string, 0, len(a.data.Options))
+			for _, o := range a.data.Options {
+				ids = append(ids, o.OptionID)
+			}
+			return sandbox.Approval{}, sandbox.Errorf(sandbox.EInvalidRequest, "unknown option_id %q; this approval offers %v", d.OptionID, ids)
+		}
+	case d.Decision == "approve":
+		decision = sandbox.DecisionApproved
+	case d.Decision == "deny":
+		decision = sandbox.DecisionDenied
+	default:
+		return sandbox.Approval{}, sandbox.Errorf(sandbox.EInvalidRequest, `decision must be "approve" or "deny" (or give option_id)`)
+	}
+	out, evs, err := b.tr.ResolveApproval(approvalID, decision, d.OptionID, sandbox.ReasonUser)
+	if err != nil {
+		return sandbox.Approval{}, err
+	}
+	delete(b.approvals, approvalID)
+	b.respond(a.req, agentOutcome(out))
+	b.emit(evs)
+	b.armApprovals()
+	return b.c.store.Approval(context.Background(), b.id, approvalID)
+}
+
+func agentOutcome(out translate.AgentOutcome) any {
+	if out.Cancelled || out.OptionID == "" {
+		return cancelledOutcome
+	}
+	return map[string]any{"outcome": map[string]string{"outcome": "selected", "optionId": out.OptionID}}
+}
+
+func (b *box) armApprovals() {
+	b.apprTimer.Stop()
+	var next time.Time
+	for _, a := range b.approvals {
+		if next.IsZero() || a.pending.ExpiresAt.Before(next) {
+			next = a.pending.ExpiresAt
+		}
+	}
+	if !next.IsZero() {
+		b.apprTimer.Reset(max(time.Until(next), 0))
+	}
+}
+
+func (b *box) expireApprovals() {
+	now := b.c.cfg.Now()
+	var evs []*sandbox.Event
+	for id, a := range b.approvals {
+		if now.Before(a.pending.ExpiresAt) {
+			continue
+		}
+		out, e, err := b.tr.ResolveApproval(id, sandbox.DecisionCanceled, "", sandbox.ReasonTimeout)
+		if err != nil {
+			continue
+		}
+		b.respond(a.req, agentOutcome(out))
+		evs = append(evs, e...)
+		delete(b.approvals, id)
+	}
+	b.emit(evs)
+	b.armApprovals()
+}
+
+func (b *box) remove() {
+	b.deleted = true
+	b.setStatus(sandbox.StatusStopping, "stopping the agent")
+	var evs []*sandbox.Event
+	if b.turn != nil {
+		if b.conn != nil && b.turn.running {
+			b.conn.Cancel()
+		}
+		evs = b.endTurn(translate.TurnResult{Canceled: true})
+	}
+	b.stopAgent()
+	b.setStatus(sandbox.StatusDeleted, "deleted by request", evs...)
+}
+
+// shutdown runs when the coordinator closes: the running turn is completed
+// as canceled and durable before the agent is stopped.
+func (b *box) shutdown() {
+	var evs []*sandbox.Event
+	if b.turn != nil {
+		if b.conn != nil && b.turn.running {
+			b.conn.Cancel()
+		}
+		evs = b.endTurn(translate.TurnResult{Canceled: true})
+	}
+	b.stopAgent()
+	if b.booting {
+		if res := <-b.bootDone; res.conn != nil {
+			res.conn.Close()
+		}
+		b.booting = false
+	}
+	if b.deleted {
+		b.emit(evs)
+		return
+	}
+	b.setStatus(sandbox.StatusStopped, "the server stopped; the agent starts again with the next turn", evs...)
+}

@@ -1,0 +1,205 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// Page sizes of SPEC §5.
+const (
+	defaultSandboxPage = 20
+	maxSandboxPage     = 100
+	defaultEventPage   = 100
+	maxEventPage       = 1000
+)
+
+// createdSandbox is the create answer: the sandbox and, this once, the
+// token that reads it.
+type createdSandbox struct {
+	sandbox.Sandbox
+	StreamToken string `json:"stream_token"`
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+	var p coordinator.CreateParams
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
+	}
+	sb, err := s.b.CreateSandbox(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, createdSandbox{sb, StreamToken(s.cfg.Token, sb.ID)})
+	return nil
+}
+
+type sandboxList struct {
+	Object  string            `json:"object"`
+	Data    []sandbox.Sandbox `json:"data"`
+	HasMore bool              `json:"has_more"`
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+	limit, err := queryLimit(r, defaultSandboxPage, maxSandboxPage)
+	if err != nil {
+		return err
+	}
+	list, more, err := s.b.Sandboxes(r.Context(), r.URL.Query().Get("after"), limit)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []sandbox.Sandbox{}
+	}
+	writeJSON(w, http.StatusOK, sandboxList{Object: "list", Data: list, HasMore: more})
+	return nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	sb, err := s.b.Sandbox(r.Context(), ps.ByName("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	sb, err := s.b.DeleteSandbox(r.Context(), ps.ByName("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+type turnRequest struct {
+	Input *string `json:"input"`
+}
+
+func (s *Server) startTurn(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	var req turnRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if req.Input == nil || strings.TrimSpace(*req.Input) == "" {
+		return sandbox.Errorf(sandbox.EInvalidRequest, `"input" is required: the prompt text of the turn`)
+	}
+	t, err := s.b.StartTurn(r.Context(), ps.ByName("id"), *req.Input)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, t)
+	return nil
+}
+
+func (s *Server) getTurn(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	t, err := s.b.Turn(r.Context(), ps.ByName("id"), ps.ByName("turn_id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, t)
+	return nil
+}
+
+func (s *Server) cancelTurn(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	// No body is needed; one that is sent must still be a valid, empty
+	// object, so a client's mistake does not pass silently.
+	if err := decodeBody(w, r, &struct{}{}); err != nil {
+		return err
+	}
+	t, err := s.b.CancelTurn(r.Context(), ps.ByName("id"), ps.ByName("turn_id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, t)
+	return nil
+}
+
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	var d coordinator.Decision
+	if err := decodeBody(w, r, &d); err != nil {
+		return err
+	}
+	switch {
+	case d.Decision == "" && d.OptionID == "":
+		return sandbox.Errorf(sandbox.EInvalidRequest, `send either "decision" ("approve" or "deny") or "option_id"`)
+	case d.Decision != "" && d.OptionID != "":
+		return sandbox.Errorf(sandbox.EInvalidRequest, `send "decision" or "option_id", not both`)
+	case d.Decision != "" && d.Decision != "approve" && d.Decision != "deny":
+		return sandbox.Errorf(sandbox.EInvalidRequest, `"decision" must be "approve" or "deny", not %q`, d.Decision)
+	}
+	a, err := s.b.Decide(r.Context(), ps.ByName("id"), ps.ByName("approval_id"), d)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, a)
+	return nil
+}
+
+// eventsPage answers a page of the log. The records' JSON goes out as the
+// store encoded it; only the list around it is written here.
+func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	id := ps.ByName("id")
+	since, _, err := cursorOf(r)
+	if err != nil {
+		return err
+	}
+	limit, err := queryLimit(r, defaultEventPage, maxEventPage)
+	if err != nil {
+		return err
+	}
+	// One more than asked tells whether another page follows.
+	recs, err := s.b.Read(r.Context(), id, since, limit+1)
+	if err != nil {
+		return err
+	}
+	more := len(recs) > limit
+	if more {
+		recs = recs[:limit]
+	}
+	// The watermarks are taken after the read, so last_event_id is never
+	// below an id of the page.
+	sb, err := s.b.Sandbox(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	next := since
+	if len(recs) > 0 {
+		next = recs[len(recs)-1].ID
+	}
+	size := 160
+	for _, rec := range recs {
+		size += len(rec.JSON) + 1
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `{"object":"list","data":[`...)
+	for i, rec := range recs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, rec.JSON...)
+	}
+	b = append(b, `],"has_more":`...)
+	b = strconv.AppendBool(b, more)
+	b = appendSeqField(b, "next_since", next)
+	b = appendSeqField(b, "oldest_event_id", uint64(sb.OldestEventID))
+	b = appendSeqField(b, "last_event_id", uint64(sb.LastEventID))
+	b = append(b, "}\n"...)
+	writeJSONBytes(w, http.StatusOK, b)
+	return nil
+}
+
+func appendSeqField(b []byte, name string, v uint64) []byte {
+	b = append(b, `,"`...)
+	b = append(b, name...)
+	b = append(b, `":"`...)
+	b = strconv.AppendUint(b, v, 10)
+	return append(b, '"')
+}

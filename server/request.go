@@ -1,0 +1,152 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// decodeBody decodes the JSON object in r's body into v. An empty body
+// leaves v as it is, so callers decide whether a body is required.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return sandbox.Errorf(sandbox.EPayloadTooLarge, "request body is larger than %d bytes", maxBodyBytes)
+		}
+		return fmt.Errorf("read request body: %w", err)
+	}
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		return nil
+	}
+	if ct := r.Header.Get("Content-Type"); !isJSONType(ct) {
+		if ct == "" {
+			return sandbox.Errorf(sandbox.EUnsupportedMediaType, "a request body needs Content-Type: application/json")
+		}
+		return sandbox.Errorf(sandbox.EUnsupportedMediaType, "Content-Type %q is not supported; send application/json", ct)
+	}
+	if trimmed[0] != '{' {
+		return sandbox.Errorf(sandbox.EInvalidRequest, "request body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return sandbox.Errorf(sandbox.EInvalidRequest, "%s", describeJSONError(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return sandbox.Errorf(sandbox.EInvalidRequest, "request body has data after the JSON object at byte %d", dec.InputOffset())
+	}
+	return nil
+}
+
+func isJSONType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}
+
+// describeJSONError turns a decoding error into a sentence that names the
+// problem and where it is.
+func describeJSONError(err error) string {
+	if e, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return fmt.Sprintf("request body is not valid JSON: %s (at byte %d)", e.Error(), e.Offset)
+	}
+	if e, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		if e.Field != "" {
+			return fmt.Sprintf("field %q must be %s, not %s", e.Field, jsonKind(e.Type.Kind().String()), e.Value)
+		}
+		return fmt.Sprintf("request body must be a JSON object, not %s", e.Value)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return "request body is not valid JSON: it ends in the middle of a value"
+	}
+	// DisallowUnknownFields reports `json: unknown field "x"`.
+	return "request body is invalid: " + err.Error()
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "map", "struct":
+		return "an object"
+	case "slice", "array":
+		return "an array"
+	case "bool":
+		return "a boolean"
+	default:
+		return "a number"
+	}
+}
+
+// parseCursor parses an event cursor: a non-negative decimal integer, digits
+// only, that fits 64 bits. Anything else is invalid_cursor.
+func parseCursor(s string) (uint64, error) {
+	if s == "" {
+		return 0, sandbox.Errorf(sandbox.EInvalidCursor, "cursor is empty; send a non-negative decimal event id")
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, sandbox.Errorf(sandbox.EInvalidCursor, "cursor %q is not a non-negative decimal event id", s)
+		}
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, sandbox.Errorf(sandbox.EInvalidCursor, "cursor %q is out of range", s)
+	}
+	return v, nil
+}
+
+// cursorOf returns the cursor a request asks to resume from: the
+// Last-Event-ID header, else the since parameter. given is false when the
+// request names none.
+func cursorOf(r *http.Request) (cursor uint64, given bool, err error) {
+	if h := r.Header.Get("Last-Event-ID"); h != "" {
+		cursor, err = parseCursor(h)
+		return cursor, true, err
+	}
+	if q := r.URL.Query(); q.Has("since") {
+		cursor, err = parseCursor(q.Get("since"))
+		return cursor, true, err
+	}
+	return 0, false, nil
+}
+
+// checkCursor decides a cursor against a log's watermarks as Store.Read
+// does, so a stream can answer 410 before its headers go out.
+func checkCursor(cursor uint64, m sandbox.Marks) error {
+	if cursor == 0 {
+		return nil
+	}
+	if cursor < uint64(m.PrunedThrough) {
+		return &sandbox.Error{Type: sandbox.ECursorPruned, Marks: &m, Message: fmt.Sprintf(
+			"events after %d were pruned (pruned through %d); fetch the sandbox and the events page, then reconnect", cursor, m.PrunedThrough)}
+	}
+	if cursor > uint64(m.LastEventID) {
+		return &sandbox.Error{Type: sandbox.ECursorStale, Marks: &m, Message: fmt.Sprintf(
+			"cursor %d is beyond the last event %d of this log; fetch the sandbox and the events page, then reconnect", cursor, m.LastEventID)}
+	}
+	return nil
+}
+
+// queryLimit returns the limit parameter of r, def when absent, and an
+// invalid_request outside 1..max.
+func queryLimit(r *http.Request, def, max int) (int, error) {
+	q := r.URL.Query()
+	if !q.Has("limit") {
+		return def, nil
+	}
+	s := q.Get("limit")
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > max {
+		return 0, sandbox.Errorf(sandbox.EInvalidRequest, "limit %q must be an integer from 1 to %d", s, max)
+	}
+	return n, nil
+}

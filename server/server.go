@@ -1,0 +1,335 @@
+// Package server is the HTTP side of Sparkles: routing, bearer auth, the
+// mapping of sandbox errors to statuses, the JSON pages and the SSE stream of
+// SPEC §5 and §6. It holds no state of its own beyond connections; every
+// answer comes from a Backend (the coordinator).
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// Backend is what the HTTP layer needs of the coordinator.
+type Backend interface {
+	CreateSandbox(ctx context.Context, p coordinator.CreateParams) (sandbox.Sandbox, error)
+	Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
+	Sandboxes(ctx context.Context, after string, limit int) ([]sandbox.Sandbox, bool, error)
+	DeleteSandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
+	StartTurn(ctx context.Context, id, input string) (sandbox.Turn, error)
+	Turn(ctx context.Context, id, turnID string) (sandbox.Turn, error)
+	CancelTurn(ctx context.Context, id, turnID string) (sandbox.Turn, error)
+	Decide(ctx context.Context, id, approvalID string, d coordinator.Decision) (sandbox.Approval, error)
+	State(ctx context.Context, id string) (sandbox.State, error)
+	Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error)
+	Head(id string) (coordinator.Head, error)
+	Wait(id string) <-chan struct{}
+}
+
+var _ Backend = (*coordinator.Coordinator)(nil)
+
+// Config is what a Server needs. Zero durations take the defaults.
+type Config struct {
+	Backend Backend
+	// Token is the server bearer token. Every /v1 call must carry it or a
+	// stream token derived from it; an empty Token admits no call at all.
+	Token string
+	// Keepalive is the interval of SSE pings on an idle stream (default 15s).
+	Keepalive time.Duration
+	Logger    *slog.Logger
+	// Static, when set, serves every path outside /v1 and /healthz without
+	// auth (the web page).
+	Static http.Handler
+	// WriteTimeout bounds how long any single write may wait on a client
+	// that accepts no bytes (default 1m). It is a per-write deadline, not a
+	// limit on a response's length, so a replay of any length still
+	// completes for a client that keeps reading.
+	WriteTimeout time.Duration
+}
+
+// Server answers the HTTP API. It is an http.Handler; Listen, Serve and
+// Shutdown run it on a listener of its own.
+type Server struct {
+	cfg    Config
+	b      Backend
+	log    *slog.Logger
+	router *httprouter.Router
+	// routes are the /v1 routes as registered, kept so that tests can walk
+	// every one of them.
+	routes []route
+
+	// ctx ends every SSE stream when the server shuts down; streams never
+	// end on their own otherwise.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	httpSrv  *http.Server
+	shutOnce sync.Once
+}
+
+// Body and timing limits.
+const (
+	maxBodyBytes      = 1 << 20
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 2 * time.Minute
+)
+
+// New returns a Server over cfg.Backend.
+func New(cfg Config) *Server {
+	if cfg.Keepalive <= 0 {
+		cfg.Keepalive = 15 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{cfg: cfg, b: cfg.Backend, log: cfg.Logger, ctx: ctx, cancel: cancel}
+	s.router = s.newRouter()
+	s.httpSrv = &http.Server{
+		Handler: s,
+		// No WriteTimeout: streams last as long as their clients stay. Each
+		// response bounds its own writes instead (see Config.WriteTimeout).
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	return s
+}
+
+// route is one /v1 route: its method and httprouter path, who may call it,
+// and its handler.
+type route struct {
+	method string
+	path   string
+	access access
+	handle handlerFunc
+}
+
+// handlerFunc answers one request; an error it returns is answered by
+// writeError, so handlers only write on success.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error
+
+func (s *Server) newRouter() *httprouter.Router {
+	s.routes = []route{
+		{http.MethodPost, "/v1/sandboxes", accessFull, s.createSandbox},
+		{http.MethodGet, "/v1/sandboxes", accessFull, s.listSandboxes},
+		{http.MethodGet, "/v1/sandboxes/:id", accessRead, s.getSandbox},
+		{http.MethodDelete, "/v1/sandboxes/:id", accessFull, s.deleteSandbox},
+		{http.MethodPost, "/v1/sandboxes/:id/turns", accessFull, s.startTurn},
+		{http.MethodGet, "/v1/sandboxes/:id/turns/:turn_id", accessFull, s.getTurn},
+		{http.MethodPost, "/v1/sandboxes/:id/turns/:turn_id/cancel", accessFull, s.cancelTurn},
+		{http.MethodPost, "/v1/sandboxes/:id/approvals/:approval_id", accessFull, s.decide},
+		{http.MethodGet, "/v1/sandboxes/:id/events", accessRead, s.eventsPage},
+		{http.MethodGet, "/v1/sandboxes/:id/events/stream", accessRead, s.stream},
+	}
+	rt := httprouter.New()
+	// Redirects would answer with HTML and hide typos; a wrong path is a
+	// plain 404 of the API instead.
+	rt.RedirectTrailingSlash = false
+	rt.RedirectFixedPath = false
+	rt.GlobalOPTIONS = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	rt.NotFound = http.HandlerFunc(s.notFound)
+	rt.MethodNotAllowed = http.HandlerFunc(s.methodNotAllowed)
+	rt.PanicHandler = s.panicked
+	for _, rte := range s.routes {
+		rt.Handle(rte.method, rte.path, s.guard(rte))
+	}
+	rt.GET("/healthz", func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	return rt
+}
+
+// guard authenticates a request for its route and answers the handler's
+// error, if any.
+func (s *Server) guard(rte route) httprouter.Handle {
+	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+		err := s.authorize(r, rte.access, ps.ByName("id"))
+		if err == nil {
+			err = rte.handle(w, r, ps)
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+		}
+	}
+}
+
+func isAPIPath(p string) bool { return p == "/v1" || strings.HasPrefix(p, "/v1/") }
+
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	// Under /v1 a caller without a token learns nothing, not even which
+	// paths exist.
+	if isAPIPath(r.URL.Path) {
+		if _, err := s.authenticate(r); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	s.writeError(w, r, sandbox.Errorf(sandbox.ENotFound, "no route for %s %s", r.Method, r.URL.Path))
+}
+
+func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	if isAPIPath(r.URL.Path) {
+		if _, err := s.authenticate(r); err != nil {
+			w.Header().Del("Allow")
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	// The one answer whose status is not its type's: SPEC §5 has no type of
+	// its own for a wrong method.
+	writeJSON(w, http.StatusMethodNotAllowed, errorEnvelope{errorBody{Type: sandbox.EInvalidRequest, Message: fmt.Sprintf(
+		"method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, w.Header().Get("Allow"))}})
+}
+
+func (s *Server) panicked(w http.ResponseWriter, r *http.Request, v any) {
+	if v == http.ErrAbortHandler {
+		panic(v)
+	}
+	s.log.Error("handler panic", "request_id", requestID(w), "method", r.Method, "path", r.URL.Path, "panic", v)
+	if rw, ok := w.(*responseWriter); ok && rw.wrote {
+		return // too late for an error body; the client sees a cut answer
+	}
+	writeJSON(w, http.StatusInternalServerError, errorEnvelope{errorBody{Type: sandbox.EInternal, Message: internalMessage}})
+}
+
+// ServeHTTP answers one request: a request id, a default write deadline,
+// then the route, and a log line at the end.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rid := r.Header.Get("X-Request-Id")
+	if !validRequestID(rid) {
+		rid = sandbox.NewID("req_")
+	}
+	w.Header().Set("X-Request-Id", rid)
+	rw := &responseWriter{ResponseWriter: w, requestID: rid, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
+
+	if s.cfg.Static != nil && r.URL.Path != "/healthz" && !isAPIPath(r.URL.Path) {
+		s.cfg.Static.ServeHTTP(rw, r)
+	} else {
+		s.router.ServeHTTP(rw, r)
+	}
+
+	status := rw.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	s.log.Info("http request", "request_id", rid, "method", r.Method, "path", r.URL.Path,
+		"status", status, "bytes", rw.bytes, "duration", time.Since(start))
+}
+
+// validRequestID accepts a caller's request id only when it is short and
+// plain, so it can be echoed and logged safely.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return false
+		}
+	}
+	return true
+}
+
+// responseWriter records the status and size of an answer for the log, and
+// bounds every write: http.Server has no WriteTimeout (streams are long), so
+// each Write moves the connection's write deadline to now+timeout instead. A
+// client that takes no bytes for that long is dropped; one that keeps
+// reading is never cut short, and a slow handler does not eat into the
+// time its answer has to be written. It unwraps to the connection's writer
+// so http.ResponseController reaches Flush and SetWriteDeadline.
+type responseWriter struct {
+	http.ResponseWriter
+	rc        *http.ResponseController
+	timeout   time.Duration
+	requestID string
+	status    int
+	bytes     int64
+	wrote     bool
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	w.extend()
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *responseWriter) extend() {
+	// A writer without deadlines (a recorder in tests) works without one.
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+}
+
+// FlushError is what http.ResponseController.Flush calls: a flush is a
+// write to the connection like any other.
+func (w *responseWriter) FlushError() error {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	w.extend()
+	return w.rc.Flush()
+}
+
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func requestID(w http.ResponseWriter) string {
+	if rw, ok := w.(*responseWriter); ok {
+		return rw.requestID
+	}
+	return ""
+}
+
+// Listen opens addr at once, so that a taken port is an error before
+// anything runs in the background.
+func (s *Server) Listen(addr string) (net.Listener, error) {
+	return net.Listen("tcp", addr)
+}
+
+// Serve answers connections on l until Shutdown; it returns nil after a
+// Shutdown and the listener's error otherwise.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.httpSrv.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown ends every SSE stream, then stops accepting requests and waits
+// for those in flight until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	// Streams never go idle by themselves, so http.Server.Shutdown would wait
+	// on them forever; end them first.
+	s.cancel()
+	var err error
+	s.shutOnce.Do(func() { err = s.httpSrv.Shutdown(ctx) })
+	return err
+}

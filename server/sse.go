@@ -1,0 +1,305 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// replayBatch is how many events one Read of a stream takes. Each Read is a
+// short read of the store; a long replay is many of them, written and
+// flushed one batch at a time, so the client's pace sets the replay's.
+const replayBatch = 256
+
+// stream answers GET /v1/sandboxes/{id}/events/stream (SPEC §6): a snapshot,
+// the replay after the cursor, then the live tail.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	id := ps.ByName("id")
+	cursor, given, err := cursorOf(r)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	// The wake-up channel is taken before the state is read, so a commit
+	// that lands between the two still wakes this stream: nothing after the
+	// snapshot's last_event_id can be missed.
+	wake := s.b.Wait(id)
+	st, err := s.b.State(ctx, id)
+	if err != nil {
+		return err
+	}
+	// Every answer that is not a stream (404, 410) must be decided here,
+	// while a JSON error can still be sent.
+	if given {
+		if err := checkCursor(cursor, st.Marks()); err != nil {
+			return err
+		}
+	} else {
+		cursor = uint64(st.Sandbox.LastEventID)
+	}
+	snap, err := snapshotFrame(id, &st)
+	if err != nil {
+		return err
+	}
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+
+	c := &sseConn{
+		w:    w,
+		rc:   http.NewResponseController(w),
+		idle: s.cfg.Keepalive,
+		ping: time.NewTimer(s.cfg.Keepalive),
+	}
+	defer c.ping.Stop()
+	log := s.log.With("request_id", requestID(w), "sandbox_id", id)
+	// Once the headers are out, failures can only end the stream: the
+	// client reconnects with its Last-Event-ID and gets a proper answer.
+	if err := c.flush(); err != nil {
+		log.Debug("sse: client gone", "err", err)
+		return nil
+	}
+	if err := c.transient(sandbox.TypeSnapshot, snap); err != nil {
+		log.Debug("sse: client gone", "err", err)
+		return nil
+	}
+	if err := c.flush(); err != nil {
+		log.Debug("sse: client gone", "err", err)
+		return nil
+	}
+
+	status, detail := st.Sandbox.Status, st.Sandbox.StatusDetail
+	for {
+		recs, err := s.b.Read(ctx, id, cursor, replayBatch)
+		if err != nil {
+			// A prune that overtook this reader lands here as cursor_pruned;
+			// the reconnect answers it with a 410 and the watermarks.
+			level := slog.LevelWarn
+			if ctx.Err() != nil || sandbox.IsType(err, sandbox.ECursorPruned) {
+				level = slog.LevelDebug
+			}
+			log.Log(ctx, level, "sse: read failed; ending stream", "cursor", cursor, "err", err)
+			return nil
+		}
+		for _, rec := range recs {
+			if err := c.frame(rec.ID, string(rec.Type), rec.JSON); err != nil {
+				log.Debug("sse: client gone", "err", err)
+				return nil
+			}
+		}
+		if len(recs) > 0 {
+			cursor = recs[len(recs)-1].ID
+			if err := c.flush(); err != nil {
+				log.Debug("sse: client gone", "err", err)
+				return nil
+			}
+		}
+		if len(recs) == replayBatch || len(recs) > 0 && s.behind(id, cursor) {
+			// More may follow at once; read on without waiting, unless the
+			// client or the server is leaving.
+			if ctx.Err() != nil || s.ctx.Err() != nil {
+				return nil
+			}
+			continue
+		}
+
+		// Caught up: sleep until the sandbox changes. wake was taken before
+		// the Read above, so a commit since then has already closed it.
+		for caughtUp := true; caughtUp; {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-s.ctx.Done():
+				return nil
+			case <-c.ping.C:
+				if err := c.comment("ping"); err != nil {
+					log.Debug("sse: client gone", "err", err)
+					return nil
+				}
+			case <-wake:
+				wake = s.b.Wait(id)
+				head, err := s.b.Head(id)
+				if err != nil {
+					log.Debug("sse: sandbox gone; ending stream", "err", err)
+					return nil
+				}
+				if head.Status != status || head.Detail != detail {
+					status, detail = head.Status, head.Detail
+					if err := c.status(id, status, detail); err != nil {
+						log.Debug("sse: client gone", "err", err)
+						return nil
+					}
+				}
+				caughtUp = head.LastEventID <= cursor
+			}
+		}
+	}
+}
+
+// behind reports whether the log of id goes on after cursor. A store may
+// answer a Read with fewer events than asked while more are there (it pages
+// by size, or stops at what it has published); only an empty Read means the
+// stream has caught up for certain.
+func (s *Server) behind(id string, cursor uint64) bool {
+	h, err := s.b.Head(id)
+	return err == nil && h.LastEventID > cursor
+}
+
+// snapshotFrame encodes the data line of the snapshot frame of a state.
+func snapshotFrame(id string, st *sandbox.State) ([]byte, error) {
+	data, err := json.Marshal(st.Snapshot())
+	if err != nil {
+		return nil, fmt.Errorf("encode snapshot: %w", err)
+	}
+	turnID := ""
+	if t := st.Sandbox.CurrentTurn; t != nil {
+		turnID = t.ID
+	}
+	return sandbox.AppendEnvelope(nil, 0, sandbox.TypeSnapshot, time.Now(), id, turnID, data), nil
+}
+
+// sseConn writes the frames of one stream. Its writer is the server's
+// responseWriter, which moves the connection's write deadline before every
+// write and flush: a client that takes no bytes for WriteTimeout is
+// dropped, while one that reads slowly only holds up its own goroutine,
+// blocked in its own write, with nothing queued for it but the socket's and
+// the response's buffers.
+type sseConn struct {
+	w       io.Writer
+	rc      *http.ResponseController
+	idle    time.Duration
+	ping    *time.Timer
+	scratch []byte
+}
+
+func (c *sseConn) frame(id uint64, event string, data []byte) error {
+	var err error
+	c.scratch, err = writeFrame(c.w, c.scratch, id, event, data)
+	return err
+}
+
+func (c *sseConn) transient(typ sandbox.Type, envelope []byte) error {
+	return c.frame(0, string(typ), envelope)
+}
+
+func (c *sseConn) status(id, status, detail string) error {
+	data, err := json.Marshal(sandbox.SandboxStatus{Status: status, Detail: detail})
+	if err != nil {
+		return err
+	}
+	env := sandbox.AppendEnvelope(nil, 0, sandbox.TypeSandboxStatus, time.Now(), id, "", data)
+	if err := c.transient(sandbox.TypeSandboxStatus, env); err != nil {
+		return err
+	}
+	return c.flush()
+}
+
+func (c *sseConn) comment(text string) error {
+	if _, err := io.WriteString(c.w, ": "+text+"\n\n"); err != nil {
+		return err
+	}
+	return c.flush()
+}
+
+// flush sends what is buffered and restarts the keepalive: a ping is only
+// due after a quiet interval.
+func (c *sseConn) flush() error {
+	if err := c.rc.Flush(); err != nil {
+		return err
+	}
+	c.ping.Reset(c.idle)
+	return nil
+}
+
+// WriteFrame writes one durable event as an SSE frame: its id, its type as
+// the event name, and its stored JSON as data. Line breaks inside the data
+// (a store's JSON has none) each start a new data line, so the frame reads
+// back as the same JSON with line breaks as "\n".
+func WriteFrame(w io.Writer, rec sandbox.Record) error {
+	_, err := writeFrame(w, nil, rec.ID, string(rec.Type), rec.JSON)
+	return err
+}
+
+// smallFrame is the size up to which a frame is assembled in the scratch
+// buffer and written in one call; larger data is written in place rather
+// than copied, so a stream holds no buffer the size of its largest event.
+const smallFrame = 4 << 10
+
+// writeFrame writes a frame with the given id (none when 0), event name and
+// data. It returns scratch, grown, for the next frame.
+func writeFrame(w io.Writer, scratch []byte, id uint64, event string, data []byte) ([]byte, error) {
+	b := scratch[:0]
+	if id != 0 {
+		b = append(b, "id: "...)
+		b = strconv.AppendUint(b, id, 10)
+		b = append(b, '\n')
+	}
+	if event != "" {
+		b = append(b, "event: "...)
+		if strings.ContainsAny(event, "\r\n") {
+			// A line break would end the field and start a forged one.
+			event = strings.NewReplacer("\r", "", "\n", "").Replace(event)
+		}
+		b = append(b, event...)
+		b = append(b, '\n')
+	}
+	if bytes.IndexAny(data, "\r\n") < 0 {
+		b = append(b, "data: "...)
+		if len(data) <= smallFrame {
+			b = append(b, data...)
+			b = append(b, "\n\n"...)
+			_, err := w.Write(b)
+			return b, err
+		}
+		if _, err := w.Write(b); err != nil {
+			return b, err
+		}
+		if _, err := w.Write(data); err != nil {
+			return b, err
+		}
+		_, err := io.WriteString(w, "\n\n")
+		return b, err
+	}
+	// Lines may end in "\r\n", "\n" or "\r" (as SSE parsers split them).
+	if _, err := w.Write(b); err != nil {
+		return b, err
+	}
+	for {
+		i := bytes.IndexAny(data, "\r\n")
+		line := data
+		if i >= 0 {
+			line = data[:i]
+		}
+		if _, err := io.WriteString(w, "data: "); err != nil {
+			return b, err
+		}
+		if _, err := w.Write(line); err != nil {
+			return b, err
+		}
+		if _, err := io.WriteString(w, "\n"); err != nil {
+			return b, err
+		}
+		if i < 0 {
+			break
+		}
+		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
+			i++
+		}
+		data = data[i+1:]
+	}
+	_, err := io.WriteString(w, "\n")
+	return b, err
+}

@@ -1,0 +1,297 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// expectIDs reads durable frames and checks they are exactly want, in order.
+func (s *stream) expectIDs(want []uint64) {
+	s.t.Helper()
+	for i, w := range want {
+		if got := s.durable(); got != w {
+			s.t.Fatalf("event %d of %d: id %d, want %d", i, len(want), got, w)
+		}
+	}
+}
+
+func after(ids []uint64, cursor uint64) []uint64 {
+	i, _ := slices.BinarySearch(ids, cursor+1)
+	return ids[i:]
+}
+
+func TestStreamSnapshot(t *testing.T) {
+	h := newHarness(t, options{})
+	c := h.createSandbox()
+	ids := h.appendMessages(c.ID, 5, 10)
+	s := h.openStream(c.ID, "", nil)
+	snap := s.snapshot()
+	if got, want := uint64(snap.LastEventID), ids[4]; got != want {
+		t.Fatalf("snapshot last_event_id %d, want %d", got, want)
+	}
+	if got, want := snap.Sandbox.ID, c.ID; got != want {
+		t.Fatalf("snapshot sandbox %q, want %q", got, want)
+	}
+	if got, want := len(snap.Messages), 5; got != want {
+		t.Fatalf("snapshot has %d message parts, want %d", got, want)
+	}
+	// Without a cursor the stream goes on after the snapshot: nothing it
+	// already holds, then the live tail.
+	live := h.appendMessages(c.ID, 3, 10)
+	s.expectIDs(live)
+}
+
+func TestStreamReplay(t *testing.T) {
+	h := newHarness(t, options{})
+	c := h.createSandbox()
+	ids := h.appendMessages(c.ID, 600, 10)
+	t.Run("Since0", func(t *testing.T) {
+		s := h.openStream(c.ID, "since=0", nil)
+		s.snapshot()
+		s.expectIDs(ids)
+	})
+	t.Run("LastEventIDWins", func(t *testing.T) {
+		s := h.openStream(c.ID, "since=10", map[string]string{"Last-Event-ID": sandbox.FormatID(ids[300])})
+		s.snapshot()
+		s.expectIDs(after(ids, ids[300]))
+	})
+	t.Run("EmptyLastEventIDIsAbsent", func(t *testing.T) {
+		s := h.openStream(c.ID, "since="+sandbox.FormatID(ids[590]), map[string]string{"Last-Event-ID": ""})
+		s.snapshot()
+		s.expectIDs(after(ids, ids[590]))
+	})
+}
+
+func TestStreamResumeEveryCursor(t *testing.T) {
+	h := newHarness(t, options{})
+	c := h.createSandbox()
+	ids := h.appendMessages(c.ID, 200, 10)
+	last := ids[len(ids)-1]
+	for cursor := uint64(0); cursor <= last; cursor++ {
+		var s *stream
+		if cursor%2 == 0 {
+			s = h.openStream(c.ID, "since="+strconv.FormatUint(cursor, 10), nil)
+		} else {
+			s = h.openStream(c.ID, "", map[string]string{"Last-Event-ID": strconv.FormatUint(cursor, 10)})
+		}
+		s.snapshot()
+		s.expectIDs(after(ids, cursor))
+		live := h.appendMessages(c.ID, 1, 10)
+		s.expectIDs(live)
+		ids = append(ids, live...)
+		s.close()
+	}
+}
+
+func TestStreamCursorErrors(t *testing.T) {
+	h := newHarness(t, options{})
+	c := h.createSandbox()
+	ids := h.appendMessages(c.ID, 300, 10)
+	last := ids[len(ids)-1]
+	fails := func(t *testing.T, query string, header map[string]string, status int, typ string) apiError {
+		t.Helper()
+		_, resp := h.tryStream(c.ID, query, header)
+		if resp == nil {
+			t.Fatalf("stream opened, want %d %s", status, typ)
+		}
+		defer resp.Body.Close()
+		if got, want := resp.Header.Get("Content-Type"), "application/json"; got != want {
+			t.Fatalf("Content-Type %q, want %q", got, want)
+		}
+		r := response{status: resp.StatusCode, header: resp.Header}
+		r.body, _ = readAll(resp)
+		return r.fails(t, status, typ)
+	}
+	for _, cur := range badCursors {
+		t.Run("ErrInvalidCursor", func(t *testing.T) {
+			fails(t, "since="+url.QueryEscape(cur), nil, http.StatusBadRequest, sandbox.EInvalidCursor)
+		})
+	}
+	for _, cur := range []string{"-1", "abc", "1.5", "18446744073709551616"} {
+		t.Run("ErrInvalidLastEventID", func(t *testing.T) {
+			fails(t, "since=0", map[string]string{"Last-Event-ID": cur}, http.StatusBadRequest, sandbox.EInvalidCursor)
+		})
+	}
+	t.Run("ErrNotFound", func(t *testing.T) {
+		_, resp := h.tryStream("c_nope", "", nil)
+		if resp == nil {
+			t.Fatal("stream of an unknown sandbox opened")
+		}
+		resp.Body.Close()
+		if got, want := resp.StatusCode, http.StatusNotFound; got != want {
+			t.Fatalf("status %d, want %d", got, want)
+		}
+	})
+	t.Run("ErrCursorStale", func(t *testing.T) {
+		e := fails(t, "since="+sandbox.FormatID(last+1), nil, http.StatusGone, sandbox.ECursorStale)
+		checkMarks(t, e, ids[0], 0, last)
+	})
+	t.Run("ErrCursorPruned", func(t *testing.T) {
+		h.prune(c.ID, ids[99])
+		e := fails(t, "", map[string]string{"Last-Event-ID": sandbox.FormatID(ids[50])}, http.StatusGone, sandbox.ECursorPruned)
+		checkMarks(t, e, ids[100], ids[99], last)
+		// At pruned_through itself nothing is missing: resume is exact.
+		s := h.openStream(c.ID, "since="+sandbox.FormatID(ids[99]), nil)
+		s.snapshot()
+		s.expectIDs(ids[100:])
+		// since=0 is never refused.
+		s0 := h.openStream(c.ID, "since=0", nil)
+		if got, want := s0.snapshot().PrunedThrough, sandbox.Seq(ids[99]); got != want {
+			t.Fatalf("snapshot pruned_through %d, want %d", got, want)
+		}
+		s0.expectIDs(ids[100:])
+	})
+}
+
+func TestStreamPrunedUnderfoot(t *testing.T) {
+	h := newHarness(t, options{})
+	c := h.createSandbox()
+	ids := h.appendMessages(c.ID, 3*replayBatch, 10)
+	cut := ids[replayBatch-1]
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h.be.setOnRead(func(id string, after uint64) {
+		if id == c.ID && after == cut {
+			once.Do(func() { close(reached) })
+			<-release
+		}
+	})
+	s := h.openStream(c.ID, "since=0", nil)
+	s.snapshot()
+	s.expectIDs(ids[:replayBatch])
+	waitClosed(t, reached)
+	h.prune(c.ID, ids[2*replayBatch])
+	close(release)
+	// The stream ends rather than skip what was pruned under it...
+	s.ended()
+	// ...and the reconnect learns why.
+	_, resp := h.tryStream(c.ID, "", map[string]string{"Last-Event-ID": sandbox.FormatID(cut)})
+	if resp == nil {
+		t.Fatal("resume below pruned_through opened a stream")
+	}
+	resp.Body.Close()
+	if got, want := resp.StatusCode, http.StatusGone; got != want {
+		t.Fatalf("status %d, want %d", got, want)
+	}
+}
+
+func TestStreamKeepalive(t *testing.T) {
+	h := newHarness(t, options{keepalive: 5 * time.Millisecond})
+	c := h.createSandbox()
+	s := h.openStream(c.ID, "", nil)
+	s.snapshot()
+	for {
+		f := s.next()
+		if f.isNote {
+			if got, want := f.comment, "ping"; got != want {
+				t.Fatalf("comment %q, want %q", got, want)
+			}
+			return
+		}
+	}
+}
+
+func TestStreamStatus(t *testing.T) {
+	h := newHarness(t, options{})
+	c := h.createSandbox()
+	s := h.openStream(c.ID, "", nil)
+	if got, want := s.snapshot().Sandbox.Status, sandbox.StatusReady; got != want {
+		t.Fatalf("snapshot status %q, want %q", got, want)
+	}
+	h.ok(http.MethodDelete, "/v1/sandboxes/"+c.ID, nil, http.StatusOK, nil)
+	f := s.nextEvent()
+	if got, want := f.event, string(sandbox.TypeSandboxStatus); got != want {
+		t.Fatalf("event %q, want %q", got, want)
+	}
+	if f.hasID {
+		t.Fatalf("status frame has an id line %q", f.id)
+	}
+	ev := decodeEnvelope(t, f.data)
+	st, ok := ev.Data.(*sandbox.SandboxStatus)
+	if !ok || ev.ID != 0 {
+		t.Fatalf("status frame %s", f.data)
+	}
+	if got, want := st.Status, sandbox.StatusDeleted; got != want {
+		t.Fatalf("status %q, want %q", got, want)
+	}
+	// A deleted sandbox keeps its stream: its log is still readable.
+	live := h.appendMessages(c.ID, 1, 10)
+	s.expectIDs(live)
+}
+
+func TestStreamReconnect(t *testing.T) {
+	h := newHarness(t, options{})
+	c := h.createSandbox()
+	const total = 600
+	h.appendMessages(c.ID, 100, 10)
+	rng := rand.New(rand.NewPCG(1, 2))
+	sizes := make([]int, 0)
+	for n := 100; n < total; {
+		k := min(1+rng.IntN(20), total-n)
+		sizes = append(sizes, k)
+		n += k
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for _, k := range sizes {
+			evs := make([]*sandbox.Event, k)
+			for i := range evs {
+				evs[i] = &sandbox.Event{Type: sandbox.TypeToolUpdated, Data: &sandbox.ToolUpdated{ToolCallID: "tool_1", Title: "t", Kind: "read", Status: "running"}}
+			}
+			if err := h.coord.AppendEvents(context.Background(), c.ID, evs...); err != nil {
+				t.Errorf("append: %v", err)
+				return
+			}
+		}
+	}()
+
+	var got []uint64
+	var cursor uint64
+	for conns := 0; len(got) < total; conns++ {
+		header := map[string]string{}
+		if cursor > 0 {
+			header["Last-Event-ID"] = sandbox.FormatID(cursor)
+		}
+		s := h.openStream(c.ID, "since=0", header)
+		s.snapshot()
+		for k := rng.IntN(40); k > 0 && len(got) < total; k-- {
+			id := s.durable()
+			if id <= cursor {
+				t.Fatalf("connection %d: id %d after cursor %d", conns, id, cursor)
+			}
+			got, cursor = append(got, id), id
+		}
+		s.close()
+	}
+	wg.Wait()
+	if got, want := got, h.logIDs(c.ID); !slices.Equal(got, want) {
+		t.Fatalf("resumed stream delivered %d ids, log has %d: gap or duplicate", len(got), len(want))
+	}
+}
+
+func waitClosed(t testing.TB, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(waitFor):
+		t.Fatalf("not signalled within %v", waitFor)
+	}
+}
+
+func readAll(resp *http.Response) ([]byte, error) {
+	var v json.RawMessage
+	err := json.NewDecoder(resp.Body).Decode(&v)
+	return v, err
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/server"
+	"github.com/urfave/cli/v2"
+)
+
+func newServeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the coordinator: sandboxes, agents, and the event API",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:7410", EnvVars: []string{"SPARKLES_ADDR"}, Usage: "listen address"},
+			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), EnvVars: []string{"SPARKLES_DATA_DIR"}, Usage: "where the database, the token file and sandbox directories live"},
+			&cli.StringFlag{Name: "token", EnvVars: []string{"SPARKLES_TOKEN"}, Usage: "bearer token of the API (default: generated once, kept in <data-dir>/token)"},
+			&cli.DurationFlag{Name: "keepalive", Value: 15 * time.Second, EnvVars: []string{"SPARKLES_KEEPALIVE"}, Usage: "SSE ping interval while a stream is idle"},
+			&cli.StringSliceFlag{Name: "agent", EnvVars: []string{"SPARKLES_AGENT"}, Usage: "register an ACP agent as NAME=COMMAND (repeatable); the built-in demo agent is always there as \"demo\""},
+			&cli.StringFlag{Name: "default-agent", Value: "demo", EnvVars: []string{"SPARKLES_DEFAULT_AGENT"}, Usage: "agent of sandboxes created without one"},
+			&cli.DurationFlag{Name: "boot-timeout", Value: 30 * time.Second, EnvVars: []string{"SPARKLES_BOOT_TIMEOUT"}, Usage: "how long an agent may take to start a session"},
+			&cli.DurationFlag{Name: "turn-timeout", Value: 30 * time.Minute, EnvVars: []string{"SPARKLES_TURN_TIMEOUT"}, Usage: "how long one turn may run"},
+			&cli.DurationFlag{Name: "approval-timeout", Value: 10 * time.Minute, EnvVars: []string{"SPARKLES_APPROVAL_TIMEOUT"}, Usage: "how long an approval waits for a decision"},
+			&cli.DurationFlag{Name: "flush-interval", Value: 50 * time.Millisecond, EnvVars: []string{"SPARKLES_FLUSH_INTERVAL"}, Usage: "at most one message.updated per part per interval"},
+			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SPARKLES_LOG_FORMAT"}, Usage: "text or json"},
+			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SPARKLES_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+		},
+		Action: func(c *cli.Context) error {
+			logger, err := newLogger(c.String("log-format"), c.String("log-level"))
+			if err != nil {
+				return err
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("cannot find the sparkles binary to run the demo agent: %w", err)
+			}
+			agents := map[string][]string{"demo": {exe, "agent", "demo"}}
+			for _, a := range c.StringSlice("agent") {
+				name, command, ok := strings.Cut(a, "=")
+				if !ok || name == "" || strings.TrimSpace(command) == "" {
+					return fmt.Errorf("--agent %q: want NAME=COMMAND, e.g. --agent mine='/usr/local/bin/my-agent --acp'", a)
+				}
+				agents[name] = strings.Fields(command)
+			}
+			if _, ok := agents[c.String("default-agent")]; !ok {
+				return fmt.Errorf("--default-agent %q is not a registered agent", c.String("default-agent"))
+			}
+			m := &Main{
+				Addr:            c.String("addr"),
+				DataDir:         c.String("data-dir"),
+				Token:           c.String("token"),
+				Keepalive:       c.Duration("keepalive"),
+				Agents:          agents,
+				DefaultAgent:    c.String("default-agent"),
+				BootTimeout:     c.Duration("boot-timeout"),
+				TurnTimeout:     c.Duration("turn-timeout"),
+				ApprovalTimeout: c.Duration("approval-timeout"),
+				FlushInterval:   c.Duration("flush-interval"),
+				Logger:          logger,
+			}
+			ctx, stop := signalContext(c.Context)
+			defer stop()
+			if err := m.Run(ctx); err != nil {
+				m.Close()
+				return err
+			}
+			<-ctx.Done()
+			logger.Info("shutting down")
+			return m.Close()
+		},
+	}
+}
+
+func newLogger(format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "sparkles")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "sparkles")
+	}
+	return "sparkles-data"
+}
+
+// Main is the running server: the store, the coordinator and the HTTP server,
+// wired as plain fields so tests can build one too.
+type Main struct {
+	Addr            string
+	DataDir         string
+	Token           string
+	Keepalive       time.Duration
+	Agents          map[string][]string
+	DefaultAgent    string
+	BootTimeout     time.Duration
+	TurnTimeout     time.Duration
+	ApprovalTimeout time.Duration
+	FlushInterval   time.Duration
+	Logger          *slog.Logger
+
+	Store       *boltstore.Store
+	Coordinator *coordinator.Coordinator
+	Server      *server.Server
+	Listener    net.Listener
+	serveErr    chan error
+}
+
+// Run opens everything and starts serving; it returns once the server
+// listens. Every failure is one sentence that says what to do.
+func (m *Main) Run(ctx context.Context) error {
+	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
+		return fmt.Errorf("cannot create data dir %s (%v); pass a writable --data-dir", m.DataDir, unwrapPath(err))
+	}
+	if err := checkWritable(m.DataDir); err != nil {
+		return err
+	}
+	token, tokenPath, err := loadToken(m.DataDir, m.Token)
+	if err != nil {
+		return err
+	}
+	dbPath := filepath.Join(m.DataDir, "sparkles.db")
+	st, err := boltstore.Open(dbPath, boltstore.Options{Timeout: time.Second, Logger: m.Logger})
+	if err != nil {
+		return err
+	}
+	m.Store = st
+	co, err := coordinator.New(coordinator.Config{
+		Store:           st,
+		DataDir:         m.DataDir,
+		Agents:          m.Agents,
+		DefaultAgent:    m.DefaultAgent,
+		BootTimeout:     m.BootTimeout,
+		TurnTimeout:     m.TurnTimeout,
+		ApprovalTimeout: m.ApprovalTimeout,
+		FlushInterval:   m.FlushInterval,
+		Logger:          m.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	m.Coordinator = co
+	if err := co.Recover(ctx); err != nil {
+		return fmt.Errorf("recovering sandboxes from %s: %w", dbPath, err)
+	}
+	m.Server = server.New(server.Config{Backend: co, Token: token, Keepalive: m.Keepalive, Logger: m.Logger})
+	l, err := m.Server.Listen(m.Addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("address %s is already in use; stop the other server or pass --addr", m.Addr)
+		}
+		return fmt.Errorf("cannot listen on %s: %w", m.Addr, err)
+	}
+	m.Listener = l
+	m.serveErr = make(chan error, 1)
+	go func() { m.serveErr <- m.Server.Serve(l) }()
+	if tokenPath != "" {
+		m.Logger.Info("token file", "path", tokenPath)
+	}
+	if host, _, err := net.SplitHostPort(l.Addr().String()); err == nil {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			m.Logger.Warn("listening beyond this machine: anyone who can reach this address and holds the token controls the agents", "addr", l.Addr().String())
+		}
+	}
+	m.Logger.Info("sparkles is serving", "url", "http://"+l.Addr().String(), "data_dir", m.DataDir)
+	return nil
+}
+
+// Close shuts down in order: streams end and HTTP stops, running turns are
+// completed and agents stopped, then the store commits what is queued and closes.
+func (m *Main) Close() error {
+	var errs []error
+	if m.Server != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		errs = append(errs, m.Server.Shutdown(ctx))
+		cancel()
+	}
+	if m.Coordinator != nil {
+		errs = append(errs, m.Coordinator.Close())
+	}
+	if m.Store != nil {
+		errs = append(errs, m.Store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func checkWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return fmt.Errorf("data dir %s is not writable (%v); pass a writable --data-dir", dir, unwrapPath(err))
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// loadToken returns the token to use: the given one, else the one kept in
+// <dataDir>/token, else a new one written there with mode 0600. The path is
+// returned when the token came from (or went to) the file.
+func loadToken(dataDir, given string) (token, path string, err error) {
+	if given != "" {
+		return given, "", nil
+	}
+	path = filepath.Join(dataDir, "token")
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, path, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", "", fmt.Errorf("cannot read token file %s (%v); fix its permissions or pass --token", path, unwrapPath(err))
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", "", err
+	}
+	token = "spk_" + base64.RawURLEncoding.EncodeToString(raw)
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", "", fmt.Errorf("cannot write token file %s (%v); pass a writable --data-dir or --token", path, unwrapPath(err))
+	}
+	return token, path, nil
+}

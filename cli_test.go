@@ -1,0 +1,414 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/sandbox"
+	"github.com/sparkles-dev/sparkles/sparklestest"
+)
+
+// binary is the sparkles binary built once for the tests that run it.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sparkles-cli-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "sparkles")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build sparkles: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// cliEnv is the environment of a run: nothing of the caller's SPARKLES_*
+// settings, a data dir of the test's own, plus env.
+func cliEnv(t *testing.T, env ...string) []string {
+	t.Helper()
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SPARKLES_") && !strings.HasPrefix(kv, "XDG_DATA_HOME=") {
+			out = append(out, kv)
+		}
+	}
+	out = append(out, "SPARKLES_DATA_DIR="+t.TempDir())
+	return append(out, env...)
+}
+
+func envValue(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, _ := strings.Cut(kv, "="); k == key {
+			v = val
+		}
+	}
+	return v
+}
+
+func serverEnv(srv *sparklestest.Server) []string {
+	return []string{"SPARKLES_URL=" + srv.URL, "SPARKLES_TOKEN=" + srv.Token}
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func run(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	res := result{stdout: stdout.String(), stderr: stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		res.code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("sparkles %s: %v", strings.Join(args, " "), err)
+	}
+	return res
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+func TestCLIPrompt(t *testing.T) {
+	srv := sparklestest.Start(t)
+	env := cliEnv(t, serverEnv(srv)...)
+
+	t.Run("ApproveAll", func(t *testing.T) {
+		res := run(t, env, "prompt", "--approve-all", "write notes.txt")
+		if res.code != 0 {
+			t.Fatalf("want exit 0, got %v", res)
+		}
+		if !strings.HasPrefix(res.stderr, "sandbox c_") {
+			t.Fatalf("stderr does not start with the new sandbox's id: %v", res)
+		}
+		if !strings.Contains(res.stdout, "I wrote notes.txt.") {
+			t.Fatalf("stdout lacks the assistant's reply: %v", res)
+		}
+		if strings.Contains(res.stdout, "\x1b") {
+			t.Fatalf("escape sequences on a stdout that is not a terminal: %q", res.stdout)
+		}
+	})
+	t.Run("DenyAll", func(t *testing.T) {
+		res := run(t, env, "prompt", "--deny-all", "write notes.txt")
+		if res.code == 0 {
+			t.Fatalf("want a non-zero exit, got %v", res)
+		}
+		if !strings.Contains(res.stdout, "You did not let me write notes.txt.") {
+			t.Fatalf("stdout lacks the assistant's reply: %v", res)
+		}
+	})
+	t.Run("NoTerminal", func(t *testing.T) {
+		res := run(t, env, "prompt", "write notes.txt")
+		if res.code == 0 {
+			t.Fatalf("want a non-zero exit, got %v", res)
+		}
+		if !strings.Contains(res.stderr, "--approve-all") {
+			t.Fatalf("stderr does not say how to allow requests: %v", res)
+		}
+	})
+	t.Run("ExistingSandbox", func(t *testing.T) {
+		sb, err := srv.Client.CreateSandbox(context.Background(), client.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Flags after the text count too.
+		res := run(t, env, "prompt", "read README.md", "--sandbox", sb.ID, "--hide-reasoning")
+		if res.code != 0 {
+			t.Fatalf("want exit 0, got %v", res)
+		}
+		if strings.Contains(res.stderr, "sandbox c_") || strings.Contains(res.stderr, "thinking:") {
+			t.Fatalf("created a sandbox or showed reasoning: %v", res)
+		}
+		if got, want := strings.Count(res.stdout, "That is all from the demo agent."), 1; got != want {
+			t.Fatalf("reply printed %d times, want %d: %v", got, want, res)
+		}
+	})
+	t.Run("Failed", func(t *testing.T) {
+		res := run(t, env, "prompt", "crash")
+		if got, want := res.code, 1; got != want {
+			t.Fatalf("exit %d, want %d: %v", got, want, res)
+		}
+	})
+	t.Run("ErrNotFound", func(t *testing.T) {
+		res := run(t, env, "prompt", "--sandbox", "c_nosuchsandbox", "hello")
+		if res.code == 0 || !strings.Contains(res.stderr, "not found") {
+			t.Fatalf("want a not-found error, got %v", res)
+		}
+	})
+}
+
+func TestCLIEvents(t *testing.T) {
+	srv := sparklestest.Start(t)
+	env := cliEnv(t, serverEnv(srv)...)
+	res := run(t, env, "prompt", "--approve-all", "write notes.txt")
+	if res.code != 0 {
+		t.Fatalf("prompt: %v", res)
+	}
+	id := strings.TrimSpace(strings.TrimPrefix(strings.SplitN(res.stderr, "\n", 2)[0], "sandbox "))
+	page, err := srv.Client.Events(context.Background(), id, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("JSON", func(t *testing.T) {
+		res := run(t, env, "events", id, "--json", "--since", "0")
+		if res.code != 0 {
+			t.Fatalf("want exit 0, got %v", res)
+		}
+		lines := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
+		if got, want := len(lines), len(page.Raw); got != want {
+			t.Fatalf("%d lines, the log has %d events", got, want)
+		}
+		for i, line := range lines {
+			var ev sandbox.Event
+			if err := json.Unmarshal([]byte(line), &ev); err != nil {
+				t.Fatalf("line %d is not an envelope: %v\n%s", i, err, line)
+			}
+			if got, want := line, string(page.Raw[i]); got != want {
+				t.Fatalf("line %d:\ngot  %s\nwant %s", i, got, want)
+			}
+		}
+	})
+	t.Run("Since", func(t *testing.T) {
+		since := page.Events[2].ID
+		res := run(t, env, "events", "--since", sandbox.FormatID(since), id)
+		if res.code != 0 {
+			t.Fatalf("want exit 0, got %v", res)
+		}
+		lines := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
+		if got, want := len(lines), len(page.Events)-3; got != want {
+			t.Fatalf("%d lines, want %d: %v", got, want, res)
+		}
+		if !strings.Contains(lines[len(lines)-1], "turn.completed") {
+			t.Fatalf("last line is not the turn's end: %q", lines[len(lines)-1])
+		}
+	})
+	t.Run("Follow", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, binary, "events", id, "--follow", "--json")
+		cmd.Env = env
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+		lines := bufio.NewScanner(stdout)
+		lines.Buffer(nil, 1<<20)
+		// The retained log first, then a turn started now, live.
+		for i := range page.Raw {
+			if !lines.Scan() {
+				t.Fatalf("output ended after %d lines: %s", i, stderr.String())
+			}
+		}
+		turn, err := srv.Client.StartTurn(ctx, id, "read README.md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for lines.Scan() {
+			var ev sandbox.Event
+			if err := json.Unmarshal(lines.Bytes(), &ev); err != nil {
+				t.Fatalf("not an envelope: %v\n%s", err, lines.Text())
+			}
+			if ev.Type == sandbox.TypeTurnCompleted && ev.TurnID == turn.ID {
+				break
+			}
+		}
+		if err := cmd.Process.Signal(os.Interrupt); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("events --follow after an interrupt: %v\n%s", err, stderr.String())
+		}
+	})
+}
+
+func TestCLISandbox(t *testing.T) {
+	srv := sparklestest.Start(t)
+	env := cliEnv(t, serverEnv(srv)...)
+
+	res := run(t, env, "sandbox", "create", "--json", "--metadata", "team=blue", "--secret", "API_KEY=sk-test")
+	if res.code != 0 {
+		t.Fatalf("create: %v", res)
+	}
+	var sb client.CreatedSandbox
+	if err := json.Unmarshal([]byte(res.stdout), &sb); err != nil {
+		t.Fatalf("create --json: %v\n%s", err, res.stdout)
+	}
+	if sb.StreamToken == "" || sb.Metadata["team"] != "blue" {
+		t.Fatalf("created %+v", sb)
+	}
+	if strings.Contains(res.stdout, "sk-test") {
+		t.Fatal("the create answer shows a secret")
+	}
+	t.Run("List", func(t *testing.T) {
+		res := run(t, env, "sandbox", "list")
+		if res.code != 0 || !strings.HasPrefix(res.stdout, "ID ") || !strings.Contains(res.stdout, sb.ID) {
+			t.Fatalf("list: %v", res)
+		}
+	})
+	t.Run("Get", func(t *testing.T) {
+		res := run(t, env, "sandbox", "get", sb.ID)
+		if res.code != 0 || !strings.Contains(res.stdout, "metadata team  blue") {
+			t.Fatalf("get: %v", res)
+		}
+	})
+	t.Run("Delete", func(t *testing.T) {
+		res := run(t, env, "sandbox", "delete", sb.ID)
+		if res.code != 0 || res.stdout != "deleted "+sb.ID+"\n" {
+			t.Fatalf("delete: %v", res)
+		}
+	})
+	t.Run("ErrNotFound", func(t *testing.T) {
+		res := run(t, env, "sandbox", "get", "c_nosuchsandbox")
+		want := "sparkles: sandbox c_nosuchsandbox not found; `sparkles sandbox list` shows the sandboxes\n"
+		if res.code == 0 || res.stderr != want {
+			t.Fatalf("got %v\nwant stderr %q", res, want)
+		}
+	})
+	t.Run("ErrArgs", func(t *testing.T) {
+		res := run(t, env, "sandbox", "get")
+		if res.code == 0 || !strings.Contains(res.stderr, "ID") {
+			t.Fatalf("get without an id: %v", res)
+		}
+	})
+}
+
+func TestCLITurns(t *testing.T) {
+	srv := sparklestest.Start(t)
+	env := cliEnv(t, serverEnv(srv)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := srv.Client
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Stream(ctx, sb.ID, client.StreamOptions{Since: client.Since(0)})
+	defer s.Close()
+	// next returns the next event of the given type.
+	next := func(typ sandbox.Type) sandbox.Event {
+		t.Helper()
+		for {
+			m, err := s.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Kind == client.KindEvent && m.Event.Type == typ {
+				return m.Event
+			}
+		}
+	}
+
+	t.Run("Approve", func(t *testing.T) {
+		if _, err := c.StartTurn(ctx, sb.ID, "write notes.txt"); err != nil {
+			t.Fatal(err)
+		}
+		appr := next(sandbox.TypeApprovalRequested).Data.(*sandbox.ApprovalRequested)
+		res := run(t, env, "approve", sb.ID, appr.ApprovalID)
+		if res.code != 0 || res.stdout != "approved "+appr.ApprovalID+"\n" {
+			t.Fatalf("approve: %v", res)
+		}
+		res = run(t, env, "deny", sb.ID, appr.ApprovalID)
+		if res.code == 0 || !strings.Contains(res.stderr, "already resolved") {
+			t.Fatalf("deny after approve: %v", res)
+		}
+		if got, want := next(sandbox.TypeTurnCompleted).Data.(*sandbox.TurnCompleted).Status, sandbox.TurnSucceeded; got != want {
+			t.Fatalf("turn %s, want %s", got, want)
+		}
+	})
+	t.Run("Cancel", func(t *testing.T) {
+		turn, err := c.StartTurn(ctx, sb.ID, "hang")
+		if err != nil {
+			t.Fatal(err)
+		}
+		next(sandbox.TypeMessageUpdated) // the turn is running
+		res := run(t, env, "cancel", sb.ID)
+		if res.code != 0 || res.stdout != "canceling turn "+turn.ID+"\n" {
+			t.Fatalf("cancel: %v", res)
+		}
+		if got, want := next(sandbox.TypeTurnCompleted).Data.(*sandbox.TurnCompleted).Status, sandbox.TurnCanceled; got != want {
+			t.Fatalf("turn %s, want %s", got, want)
+		}
+		res = run(t, env, "cancel", sb.ID)
+		if res.code == 0 || !strings.Contains(res.stderr, "no turn running") {
+			t.Fatalf("cancel without a turn: %v", res)
+		}
+	})
+}
+
+func TestCLIErrors(t *testing.T) {
+	srv := sparklestest.Start(t)
+
+	t.Run("WrongToken", func(t *testing.T) {
+		env := cliEnv(t, "SPARKLES_URL="+srv.URL, "SPARKLES_TOKEN=wrong")
+		dataDir := envValue(env, "SPARKLES_DATA_DIR")
+		res := run(t, env, "sandbox", "list")
+		want := "sparkles: the server rejected the token; pass --token or set SPARKLES_TOKEN (the server's token is in " +
+			filepath.Join(dataDir, "token") + ")\n"
+		if res.code == 0 || res.stderr != want {
+			t.Fatalf("got %v\nwant stderr %q", res, want)
+		}
+	})
+	t.Run("TokenFile", func(t *testing.T) {
+		// A local server's token is read from the data dir when none is given.
+		dataDir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dataDir, "token"), []byte(srv.Token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		env := append(cliEnv(t, "SPARKLES_URL="+srv.URL), "SPARKLES_DATA_DIR="+dataDir)
+		if res := run(t, env, "sandbox", "list"); res.code != 0 {
+			t.Fatalf("list with the token file: %v", res)
+		}
+	})
+	t.Run("NoServer", func(t *testing.T) {
+		stopped := sparklestest.Start(t)
+		stopped.Stop()
+		env := cliEnv(t, serverEnv(stopped)...)
+		for _, args := range [][]string{{"sandbox", "list"}, {"prompt", "hello"}, {"events", "c_x"}} {
+			res := run(t, env, args...)
+			want := "sparkles: no sparkles server at " + stopped.URL + "; start one with `sparkles serve` or pass --url\n"
+			if res.code == 0 || res.stderr != want {
+				t.Fatalf("%s: got %v\nwant stderr %q", strings.Join(args, " "), res, want)
+			}
+		}
+	})
+	t.Run("BadURL", func(t *testing.T) {
+		res := run(t, cliEnv(t), "sandbox", "list", "--url", "127.0.0.1:7410")
+		if res.code == 0 || !strings.Contains(res.stderr, "--url") || strings.Count(res.stderr, "\n") != 1 {
+			t.Fatalf("got %v", res)
+		}
+	})
+}

@@ -1,0 +1,628 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// Exit statuses of sparkles prompt, besides 0 for a turn that succeeded.
+const (
+	exitTurnFailed   exitCode = 1
+	exitTurnCanceled exitCode = 2
+	// exitDenied is a turn that succeeded without something it asked for:
+	// a script that denies learns that the work may be incomplete.
+	exitDenied      exitCode = 3
+	exitInterrupted exitCode = 130
+)
+
+func newPromptCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "prompt",
+		Usage:     "run a turn and show what the agent does as it happens",
+		ArgsUsage: "TEXT",
+		Description: "Creates a sandbox unless --sandbox names one (its id goes to stderr), starts a turn with TEXT\n" +
+			"and follows it to the end. Ctrl-C cancels the turn; a second Ctrl-C quits at once.\n" +
+			"Without --approve-all or --deny-all, requests of the agent are asked y/n on the terminal, and denied\n" +
+			"when stdin is not a terminal.\n" +
+			"Exit status: 0 when the turn succeeded, 1 when it failed, 2 when it was canceled, 3 when it\n" +
+			"succeeded but a request of the agent was denied.",
+		Flags: clientFlags(
+			&cli.StringFlag{Name: "sandbox", EnvVars: []string{"SPARKLES_SANDBOX"}, Usage: "run the turn in this sandbox instead of a new one"},
+			&cli.StringFlag{Name: "agent", EnvVars: []string{"SPARKLES_SANDBOX_AGENT"}, Usage: "agent of the new sandbox (default: the server's default agent)"},
+			&cli.BoolFlag{Name: "hide-reasoning", EnvVars: []string{"SPARKLES_HIDE_REASONING"}, Usage: "do not show the agent's reasoning"},
+			&cli.BoolFlag{Name: "approve-all", EnvVars: []string{"SPARKLES_APPROVE_ALL"}, Usage: "approve every request of the agent without asking"},
+			&cli.BoolFlag{Name: "deny-all", EnvVars: []string{"SPARKLES_DENY_ALL"}, Usage: "deny every request of the agent without asking"},
+		),
+		Action: runPrompt,
+	}
+}
+
+func runPrompt(c *cli.Context) error {
+	args, err := positional(c, 1, -1)
+	if err != nil {
+		return err
+	}
+	text := strings.Join(args, " ")
+	if strings.TrimSpace(text) == "" {
+		return errors.New("the prompt is empty; say what the agent should do: sparkles prompt TEXT")
+	}
+	stdinTTY := term.IsTerminal(int(os.Stdin.Fd()))
+	policy := policyNone
+	switch {
+	case c.Bool("approve-all") && c.Bool("deny-all"):
+		return errors.New("--approve-all and --deny-all contradict each other; pass one of them")
+	case c.Bool("approve-all"):
+		policy = policyApprove
+	case c.Bool("deny-all"):
+		policy = policyDeny
+	case stdinTTY:
+		policy = policyAsk
+	}
+	api, err := newAPIClient(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+
+	id := c.String("sandbox")
+	var since uint64
+	if id == "" {
+		sb, err := api.CreateSandbox(ctx, client.CreateSandboxRequest{Agent: c.String("agent")})
+		if err != nil {
+			return api.describe(err)
+		}
+		fmt.Fprintf(c.App.ErrWriter, "sandbox %s\n", sb.ID)
+		id, since = sb.ID, uint64(sb.LastEventID)
+	} else {
+		sb, err := api.GetSandbox(ctx, id)
+		if err != nil {
+			return api.describe(err)
+		}
+		since = uint64(sb.LastEventID)
+	}
+
+	// From here a Ctrl-C cancels the turn instead of killing the process.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	turn, err := api.StartTurn(ctx, id, text)
+	if err != nil {
+		return api.describe(err)
+	}
+
+	p := &promptRun{
+		api: api, id: id, turn: turn, policy: policy, errw: c.App.ErrWriter, stdin: os.Stdin,
+		r:       newRenderer(c.App.Writer, c.App.ErrWriter, c.Bool("hide-reasoning")),
+		decided: map[string]bool{},
+	}
+	// The stream starts at the sandbox's position before the turn, so it
+	// sees every event of the turn whenever it connects.
+	retry := make(chan error, 1)
+	s := api.Stream(ctx, id, client.StreamOptions{
+		Since: client.Since(since),
+		OnRetry: func(err error, _ time.Duration) {
+			select {
+			case retry <- err:
+			default:
+			}
+		},
+	})
+	defer s.Close()
+	msgs, errc := make(chan client.Message), make(chan error, 1)
+	go func() {
+		for {
+			m, err := s.Next(ctx)
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return p.loop(msgs, errc, retry, sigs)
+}
+
+type approvalPolicy int
+
+const (
+	policyNone    approvalPolicy = iota // no flag, no terminal: deny and say so
+	policyAsk                           // ask y/n on the terminal
+	policyApprove                       // --approve-all
+	policyDeny                          // --deny-all
+)
+
+// promptRun follows one turn: it renders its events and answers its
+// approvals until the turn completes.
+type promptRun struct {
+	api    *apiClient
+	id     string
+	turn   sandbox.Turn
+	policy approvalPolicy
+	r      *renderer
+	errw   io.Writer
+	stdin  io.Reader
+
+	queue     []*sandbox.ApprovalRequested // waiting to be asked
+	asking    *sandbox.ApprovalRequested
+	answers   chan string
+	decided   map[string]bool // approvals this run answered
+	denied    int             // approvals of the turn that ended denied
+	canceling bool
+	down      bool // the stream is reconnecting
+}
+
+func (p *promptRun) loop(msgs <-chan client.Message, errc <-chan error, retry <-chan error, sigs <-chan os.Signal) error {
+	for {
+		select {
+		case m := <-msgs:
+			if p.down {
+				p.down = false
+				p.notice("reconnected")
+			}
+			if done, err := p.handle(m); done {
+				return err
+			}
+		case err := <-errc:
+			p.r.endBlock()
+			return p.api.describe(err)
+		case err := <-retry:
+			if !p.down {
+				p.down = true
+				p.notice(fmt.Sprintf("lost the stream (%s); reconnecting to %s", reason(err), p.api.url))
+			}
+		case <-sigs:
+			if p.canceling {
+				p.r.endBlock()
+				return exitInterrupted
+			}
+			p.canceling = true
+			p.notice("canceling the turn (Ctrl-C again to quit now)")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := p.api.CancelTurn(ctx, p.id, p.turn.ID)
+			cancel()
+			if err != nil {
+				p.notice("could not cancel the turn: " + p.api.describe(err).Error())
+			}
+		case line, ok := <-p.answers:
+			p.answer(line, ok)
+		}
+	}
+}
+
+// handle renders one message; done is true once the turn has ended, with
+// the error that gives the exit status.
+func (p *promptRun) handle(m client.Message) (done bool, err error) {
+	switch m.Kind {
+	case client.KindGap:
+		p.notice(fmt.Sprintf("events %d to %d were pruned before they could be shown", m.Gap.From, m.Gap.To))
+		return false, nil
+	case client.KindStatus:
+		if d, ok := m.Event.Data.(*sandbox.SandboxStatus); ok {
+			switch d.Status {
+			case sandbox.StatusFailed, sandbox.StatusStopped, sandbox.StatusDeleted:
+				p.notice("sandbox " + d.Status + detail(d.Detail))
+			}
+		}
+		return false, nil
+	case client.KindEvent:
+	default:
+		return false, nil
+	}
+	ev := m.Event
+	if ev.TurnID != "" && ev.TurnID != p.turn.ID {
+		return false, nil
+	}
+	switch d := ev.Data.(type) {
+	case *sandbox.MessageUpdated:
+		p.r.part(d)
+	case *sandbox.MessageCompleted:
+		p.r.completed(d)
+	case *sandbox.ToolUpdated:
+		p.r.tool(d)
+	case *sandbox.ApprovalRequested:
+		p.r.flush()
+		p.approval(d)
+	case *sandbox.ApprovalResolved:
+		p.r.flush()
+		p.resolved(d)
+	case *sandbox.SandboxError:
+		p.notice("error: " + d.Message)
+	case *sandbox.TurnCompleted:
+		p.r.finish()
+		switch d.Status {
+		case sandbox.TurnSucceeded:
+			if p.denied > 0 {
+				p.notice(fmt.Sprintf("turn succeeded, but %d request(s) of the agent were denied", p.denied))
+				return true, exitDenied
+			}
+			return true, nil
+		case sandbox.TurnCanceled:
+			p.notice("turn canceled")
+			return true, exitTurnCanceled
+		}
+		msg := "turn failed (" + d.StopReason + ")"
+		if d.Error != nil {
+			msg = "turn failed: " + d.Error.Message
+		}
+		p.notice(msg)
+		return true, exitTurnFailed
+	}
+	return false, nil
+}
+
+func detail(s string) string {
+	if s == "" {
+		return ""
+	}
+	return ": " + s
+}
+
+func (p *promptRun) notice(s string) {
+	p.r.endBlock()
+	fmt.Fprintln(p.errw, "sparkles: "+sanitize(s, false))
+}
+
+func (p *promptRun) approval(a *sandbox.ApprovalRequested) {
+	switch p.policy {
+	case policyApprove:
+		p.decide(a, client.Approve, "approved (--approve-all)")
+	case policyDeny:
+		p.decide(a, client.Deny, "denied (--deny-all)")
+	case policyAsk:
+		p.queue = append(p.queue, a)
+		p.askNext()
+	default:
+		p.decide(a, client.Deny, "denied: there is no terminal to ask on; pass --approve-all to allow such requests")
+	}
+}
+
+func (p *promptRun) askNext() {
+	if p.asking != nil || len(p.queue) == 0 {
+		return
+	}
+	p.asking, p.queue = p.queue[0], p.queue[1:]
+	if p.answers == nil {
+		p.answers = make(chan string)
+		go readLines(p.stdin, p.answers)
+	}
+	p.r.endBlock()
+	fmt.Fprintf(p.errw, "Allow %s? [y/N] ", describeApproval(p.asking))
+}
+
+// readLines sends each line of r, and closes lines at its end.
+func readLines(r io.Reader, lines chan<- string) {
+	defer close(lines)
+	br := bufio.NewReader(r)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return
+		}
+		lines <- line
+	}
+}
+
+func (p *promptRun) answer(line string, ok bool) {
+	if !ok {
+		// stdin ended: nobody is left to ask.
+		p.answers = nil
+		p.policy = policyNone
+		fmt.Fprintln(p.errw)
+	}
+	a := p.asking
+	if a == nil {
+		return // an answer to a question that was settled meanwhile
+	}
+	p.asking = nil
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		p.decide(a, client.Approve, "approved")
+	default:
+		p.decide(a, client.Deny, "denied")
+	}
+	if !ok {
+		for _, q := range p.queue {
+			p.approval(q)
+		}
+		p.queue = nil
+	}
+	p.askNext()
+}
+
+func (p *promptRun) decide(a *sandbox.ApprovalRequested, d client.Decision, outcome string) {
+	p.decided[a.ApprovalID] = true
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := p.api.Decide(ctx, p.id, a.ApprovalID, d)
+	switch {
+	case client.IsType(err, sandbox.EApprovalResolved):
+		p.notice(describeApproval(a) + ": already resolved")
+	case err != nil:
+		p.notice("could not answer " + describeApproval(a) + ": " + p.api.describe(err).Error())
+	default:
+		p.r.info(describeApproval(a) + ": " + outcome)
+	}
+}
+
+func (p *promptRun) resolved(d *sandbox.ApprovalResolved) {
+	if d.Decision == sandbox.DecisionDenied {
+		p.denied++
+	}
+	if p.asking != nil && p.asking.ApprovalID == d.ApprovalID {
+		// Settled elsewhere (a timeout, a cancel, another client) while the
+		// question was on screen; the next answer typed will be ignored.
+		fmt.Fprintln(p.errw)
+		p.notice(describeApproval(p.asking) + ": " + d.Decision + " (" + d.Reason + ")")
+		p.asking = nil
+		p.askNext()
+		return
+	}
+	for i, q := range p.queue {
+		if q.ApprovalID == d.ApprovalID {
+			p.queue = append(p.queue[:i:i], p.queue[i+1:]...)
+			break
+		}
+	}
+	if !p.decided[d.ApprovalID] {
+		p.r.info("approval " + d.ApprovalID + ": " + d.Decision + " (" + d.Reason + ")")
+	}
+}
+
+func describeApproval(a *sandbox.ApprovalRequested) string {
+	return "[" + a.Kind + "] " + oneLine(a.Title, 100)
+}
+
+// renderer shows a turn's messages and tools. On a terminal the text of
+// the part being written grows in place (and is redrawn if the server
+// revises it, as redaction can); otherwise each part is printed once, when
+// it is complete, so a pipe gets clean text. Assistant text goes to out;
+// on a terminal everything else does too, otherwise it goes to errw.
+type renderer struct {
+	out, errw io.Writer
+	tty       bool
+	fd        int
+	hide      bool // reasoning
+
+	// Terminal: the part whose block is at the bottom of the screen.
+	cur, curKind, curText string
+	midLine               bool
+	// Pipe: parts seen but not printed yet, in order.
+	pending []sandbox.MessageUpdated
+	// Parts whose text was shown (a closed block, or printed).
+	shown map[string]string
+	tools map[string]string // the last line shown per tool call
+}
+
+func newRenderer(out, errw io.Writer, hideReasoning bool) *renderer {
+	r := &renderer{out: out, errw: errw, hide: hideReasoning, shown: map[string]string{}, tools: map[string]string{}}
+	if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		r.tty, r.fd = true, int(f.Fd())
+	}
+	return r
+}
+
+const (
+	faint = "\x1b[2m"
+	reset = "\x1b[0m"
+)
+
+func (r *renderer) part(d *sandbox.MessageUpdated) {
+	if d.Kind == sandbox.PartReasoning && r.hide {
+		return
+	}
+	if _, done := r.shown[d.PartID]; done {
+		return
+	}
+	if !r.tty {
+		// Another part began: those before it are complete.
+		r.flushExcept(d.PartID)
+		for i := range r.pending {
+			if r.pending[i].PartID == d.PartID {
+				r.pending[i] = *d
+				return
+			}
+		}
+		r.pending = append(r.pending, *d)
+		return
+	}
+	if d.PartID != r.cur {
+		r.endBlock()
+		r.cur, r.curKind, r.curText = d.PartID, d.Kind, ""
+	}
+	if strings.HasPrefix(d.Text, r.curText) {
+		r.write(d.Text[len(r.curText):])
+	} else {
+		r.redraw(d.Text)
+	}
+	r.curText = d.Text
+}
+
+// write appends to the block at the bottom of the terminal.
+func (r *renderer) write(s string) {
+	s = sanitize(s, true)
+	if s == "" {
+		return
+	}
+	if r.curKind == sandbox.PartReasoning {
+		fmt.Fprint(r.out, faint+s+reset)
+	} else {
+		fmt.Fprint(r.out, s)
+	}
+	r.midLine = !strings.HasSuffix(s, "\n")
+}
+
+// redraw replaces the block at the bottom of the terminal with text. When
+// the block no longer fits on the screen it cannot be reached, so the new
+// text is written below it instead.
+func (r *renderer) redraw(text string) {
+	cols, rows, err := term.GetSize(r.fd)
+	n := screenRows(sanitize(r.curText, true), cols)
+	if err != nil || cols <= 0 || n >= rows {
+		r.endBlock()
+		r.write(text)
+		return
+	}
+	fmt.Fprint(r.out, "\r")
+	if n > 1 {
+		fmt.Fprintf(r.out, "\x1b[%dA", n-1)
+	}
+	fmt.Fprint(r.out, "\x1b[J")
+	r.midLine = false
+	r.write(text)
+}
+
+// screenRows is how many terminal rows s takes at the given width.
+func screenRows(s string, cols int) int {
+	if cols <= 0 {
+		return 1
+	}
+	n := 0
+	for _, line := range strings.Split(s, "\n") {
+		w := utf8.RuneCountInString(line)
+		n += max(1, (w+cols-1)/cols)
+	}
+	return n
+}
+
+// endBlock ends the block at the bottom of a terminal, so what follows
+// starts on a line of its own.
+func (r *renderer) endBlock() {
+	if r.midLine {
+		fmt.Fprintln(r.out)
+		r.midLine = false
+	}
+	if r.cur != "" {
+		r.shown[r.cur] = r.curText
+		r.cur = ""
+	}
+}
+
+// flush prints every pending part (pipe) or ends the block (terminal):
+// whatever comes next means the parts before it are complete.
+func (r *renderer) flush() { r.flushExcept("") }
+
+func (r *renderer) flushExcept(partID string) {
+	if r.tty {
+		r.endBlock()
+		return
+	}
+	keep := r.pending[:0]
+	for _, d := range r.pending {
+		if d.PartID == partID {
+			keep = append(keep, d)
+			continue
+		}
+		r.print(d.PartID, d.Kind, d.Text)
+	}
+	r.pending = keep
+}
+
+// print writes a complete part to a pipe: text to out, reasoning to errw.
+func (r *renderer) print(partID, kind, text string) {
+	r.shown[partID] = text
+	text = sanitize(text, false)
+	if text == "" {
+		return
+	}
+	if !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	if kind == sandbox.PartReasoning {
+		fmt.Fprint(r.errw, "thinking: "+text)
+		return
+	}
+	fmt.Fprint(r.out, text)
+}
+
+// completed reconciles the final message with what was shown: its parts
+// carry the final text of each, including parts never seen as updates.
+func (r *renderer) completed(d *sandbox.MessageCompleted) {
+	for _, part := range d.Parts {
+		for i := range r.pending {
+			if r.pending[i].PartID == part.PartID {
+				r.pending[i].Text = part.Text
+			}
+		}
+	}
+	r.flush()
+	for _, part := range d.Parts {
+		if part.Kind == sandbox.PartReasoning && r.hide {
+			continue
+		}
+		if shown, ok := r.shown[part.PartID]; ok && shown == part.Text {
+			continue
+		}
+		if !r.tty {
+			r.print(part.PartID, part.Kind, part.Text)
+			continue
+		}
+		r.cur, r.curKind, r.curText = part.PartID, part.Kind, ""
+		r.write(part.Text)
+		r.curText = part.Text
+		r.endBlock()
+	}
+}
+
+func (r *renderer) tool(d *sandbox.ToolUpdated) {
+	line := "[" + d.Kind + "] " + oneLine(d.Title, 100) + ": " + d.Status
+	if r.tools[d.ToolCallID] == line {
+		return
+	}
+	r.tools[d.ToolCallID] = line
+	r.flush()
+	r.info(line)
+}
+
+// info prints a line about the turn that is not assistant text.
+func (r *renderer) info(line string) {
+	r.flush()
+	w := r.errw
+	if r.tty {
+		w = r.out
+	}
+	fmt.Fprintln(w, sanitize(line, false))
+}
+
+func (r *renderer) finish() { r.flush() }
+
+// sanitize drops control characters, so text from an agent cannot move
+// the cursor, change colors or retitle the terminal. Line breaks stay, and
+// on a terminal tabs become spaces so that screenRows can count them.
+func sanitize(s string, tty bool) string {
+	clean := func(c rune) rune {
+		switch {
+		case c == '\n':
+			return c
+		case c == '\t':
+			if tty {
+				return ' '
+			}
+			return c
+		case unicode.IsControl(c), c == utf8.RuneError:
+			return -1
+		}
+		return c
+	}
+	return strings.Map(clean, s)
+}

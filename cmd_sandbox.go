@@ -1,0 +1,350 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+func newSandboxCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "sandbox",
+		Usage: "create, list, show and delete sandboxes",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "create",
+				Usage: "create a sandbox; its agent boots in the background",
+				Flags: clientFlags(
+					&cli.StringFlag{Name: "agent", EnvVars: []string{"SPARKLES_SANDBOX_AGENT"}, Usage: "agent to run (default: the server's default agent)"},
+					&cli.StringSliceFlag{Name: "env", EnvVars: []string{"SPARKLES_SANDBOX_ENV"}, Usage: "environment variable of the agent as K=V (repeatable)"},
+					&cli.StringSliceFlag{Name: "secret", EnvVars: []string{"SPARKLES_SANDBOX_SECRET"}, Usage: "secret of the agent as K=V (repeatable); its value is redacted from every event"},
+					&cli.StringSliceFlag{Name: "metadata", EnvVars: []string{"SPARKLES_SANDBOX_METADATA"}, Usage: "metadata of the sandbox as K=V (repeatable)"},
+					jsonFlag(),
+				),
+				Action: func(c *cli.Context) error {
+					if _, err := positional(c, 0, 0); err != nil {
+						return err
+					}
+					api, err := newAPIClient(c)
+					if err != nil {
+						return err
+					}
+					req := client.CreateSandboxRequest{Agent: c.String("agent")}
+					for _, f := range []struct {
+						name string
+						dst  *map[string]string
+					}{{"env", &req.Env}, {"secret", &req.Secrets}, {"metadata", &req.Metadata}} {
+						if *f.dst, err = keyValues(f.name, c.StringSlice(f.name)); err != nil {
+							return err
+						}
+					}
+					sb, err := api.CreateSandbox(c.Context, req)
+					if err != nil {
+						return api.describe(err)
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, sb)
+					}
+					return printSandbox(c.App.Writer, sb.Sandbox, sb.StreamToken)
+				},
+			},
+			{
+				Name:  "list",
+				Usage: "list sandboxes, oldest first",
+				Flags: clientFlags(jsonFlag()),
+				Action: func(c *cli.Context) error {
+					if _, err := positional(c, 0, 0); err != nil {
+						return err
+					}
+					api, err := newAPIClient(c)
+					if err != nil {
+						return err
+					}
+					list := []sandbox.Sandbox{}
+					for sb, err := range api.Sandboxes(c.Context) {
+						if err != nil {
+							return api.describe(err)
+						}
+						list = append(list, sb)
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, list)
+					}
+					return printSandboxes(c.App.Writer, list)
+				},
+			},
+			{
+				Name:      "get",
+				Usage:     "show a sandbox",
+				ArgsUsage: "ID",
+				Flags:     clientFlags(jsonFlag()),
+				Action: func(c *cli.Context) error {
+					args, err := positional(c, 1, 1)
+					if err != nil {
+						return err
+					}
+					api, err := newAPIClient(c)
+					if err != nil {
+						return err
+					}
+					sb, err := api.GetSandbox(c.Context, args[0])
+					if err != nil {
+						return api.describe(err)
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, sb)
+					}
+					return printSandbox(c.App.Writer, sb, "")
+				},
+			},
+			{
+				Name:      "delete",
+				Usage:     "delete a sandbox: its agent stops and a running turn is canceled",
+				ArgsUsage: "ID",
+				Flags:     clientFlags(jsonFlag()),
+				Action: func(c *cli.Context) error {
+					args, err := positional(c, 1, 1)
+					if err != nil {
+						return err
+					}
+					api, err := newAPIClient(c)
+					if err != nil {
+						return err
+					}
+					sb, err := api.DeleteSandbox(c.Context, args[0])
+					if err != nil {
+						return api.describe(err)
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, sb)
+					}
+					fmt.Fprintf(c.App.Writer, "deleted %s\n", sb.ID)
+					return nil
+				},
+			},
+		},
+	}
+}
+
+func printSandbox(w io.Writer, sb sandbox.Sandbox, streamToken string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("id", sb.ID)
+	status := sb.Status
+	if sb.StatusDetail != "" {
+		status += " (" + sb.StatusDetail + ")"
+	}
+	row("status", status)
+	row("agent", sb.Agent)
+	row("created", formatTime(sb.CreatedAt))
+	row("updated", formatTime(sb.UpdatedAt))
+	if t := sb.CurrentTurn; t != nil {
+		row("current turn", t.ID+" ("+t.Status+")")
+	}
+	row("events", fmt.Sprintf("%d..%d (pruned through %d)", sb.OldestEventID, sb.LastEventID, sb.PrunedThrough))
+	keys := make([]string, 0, len(sb.Metadata))
+	for k := range sb.Metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		row("metadata "+k, sb.Metadata[k])
+	}
+	if streamToken != "" {
+		row("stream token", streamToken)
+	}
+	return tw.Flush()
+}
+
+func printSandboxes(w io.Writer, list []sandbox.Sandbox) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tAGENT\tCURRENT TURN\tLAST EVENT\tCREATED")
+	for _, sb := range list {
+		turn := "-"
+		if sb.CurrentTurn != nil {
+			turn = sb.CurrentTurn.ID
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", sb.ID, sb.Status, sb.Agent, turn, sb.LastEventID, formatTime(sb.CreatedAt))
+	}
+	return tw.Flush()
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+func printJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func keyValues(flag string, pairs []string) (map[string]string, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	m := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--%s %q: want KEY=VALUE", flag, p)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// The flags and helpers below are shared by every command that calls a
+// server: sandbox, prompt, events, approve, deny, cancel.
+
+const defaultURL = "http://127.0.0.1:7410"
+
+func jsonFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "json", EnvVars: []string{"SPARKLES_JSON"}, Usage: "print JSON for scripts"}
+}
+
+// clientFlags returns the connection flags of a client command, then more.
+func clientFlags(more ...cli.Flag) []cli.Flag {
+	return append([]cli.Flag{
+		&cli.StringFlag{Name: "url", Value: defaultURL, EnvVars: []string{"SPARKLES_URL"}, Usage: "base URL of the sparkles server"},
+		&cli.StringFlag{Name: "token", EnvVars: []string{"SPARKLES_TOKEN"}, Usage: "API token (default: for a server on this machine, the one in <data-dir>/token)"},
+		&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), EnvVars: []string{"SPARKLES_DATA_DIR"}, Usage: "data dir of a local server, where its token file is"},
+	}, more...)
+}
+
+// apiClient is a client of the server a command's flags name, with what
+// it needs to explain a failure.
+type apiClient struct {
+	*client.Client
+	url       string
+	tokenPath string
+}
+
+func newAPIClient(c *cli.Context) (*apiClient, error) {
+	raw := c.String("url")
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--url %q is not a server URL; pass one like %s", raw, defaultURL)
+	}
+	tokenPath := filepath.Join(c.String("data-dir"), "token")
+	token := c.String("token")
+	if token == "" && isLocalHost(u.Hostname()) {
+		// A server on this machine keeps its generated token there; a
+		// missing file is reported by the server's 401 below.
+		if b, err := os.ReadFile(tokenPath); err == nil {
+			token = strings.TrimSpace(string(b))
+		}
+	}
+	return &apiClient{Client: client.New(raw, token), url: raw, tokenPath: tokenPath}, nil
+}
+
+func isLocalHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// describe turns the error of a call into the one line the command ends
+// with: what went wrong and what to do about it.
+func (a *apiClient) describe(err error) error {
+	if client.IsUnreachable(err) {
+		return fmt.Errorf("no sparkles server at %s; start one with `sparkles serve` or pass --url", a.url)
+	}
+	var e *client.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	switch e.Type {
+	case sandbox.EUnauthorized:
+		return fmt.Errorf("the server rejected the token; pass --token or set SPARKLES_TOKEN (the server's token is in %s)", a.tokenPath)
+	case sandbox.EForbidden:
+		return fmt.Errorf("the token may not do this (%s); pass the server's token with --token or SPARKLES_TOKEN", e.Message)
+	case sandbox.ENotFound:
+		return fmt.Errorf("%s; `sparkles sandbox list` shows the sandboxes", e.Message)
+	case sandbox.ETurnInProgress:
+		return fmt.Errorf("%s; wait for it or stop it with `sparkles cancel SANDBOX_ID`", e.Message)
+	case sandbox.EInternal:
+		return fmt.Errorf("the server failed: %s", e.Message)
+	}
+	return errors.New(e.Message)
+}
+
+// positional returns the command's arguments, between min and max of them
+// (max < 0: any number), and applies flags that follow them: urfave/cli
+// stops parsing flags at the first argument, but `sparkles events ID
+// --follow` is how people write it. After "--" everything is an argument.
+func positional(c *cli.Context, min, max int) ([]string, error) {
+	in := c.Args().Slice()
+	var args []string
+	for i := 0; i < len(in); i++ {
+		a := in[i]
+		if a == "--" {
+			args = append(args, in[i+1:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			args = append(args, a)
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f := lookupFlag(c.Command.Flags, name)
+		if f == nil {
+			return nil, fmt.Errorf("%s: unknown flag %s; see `sparkles %s --help`", c.Command.FullName(), a, c.Command.FullName())
+		}
+		if _, isBool := f.(*cli.BoolFlag); isBool {
+			if !hasValue {
+				value = "true"
+			}
+		} else if !hasValue {
+			if i+1 >= len(in) {
+				return nil, fmt.Errorf("%s: flag %s needs a value", c.Command.FullName(), a)
+			}
+			i++
+			value = in[i]
+		}
+		if err := c.Set(name, value); err != nil {
+			return nil, fmt.Errorf("%s: invalid value %q for %s: %v", c.Command.FullName(), value, a, err)
+		}
+	}
+	if len(args) < min || (max >= 0 && len(args) > max) {
+		want := c.Command.ArgsUsage
+		if want == "" {
+			want = "no arguments"
+		}
+		return nil, fmt.Errorf("%s takes %s; got %d argument(s)", c.Command.FullName(), want, len(args))
+	}
+	return args, nil
+}
+
+func lookupFlag(flags []cli.Flag, name string) cli.Flag {
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return f
+			}
+		}
+	}
+	return nil
+}

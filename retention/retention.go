@@ -1,0 +1,330 @@
+// Package retention keeps the sandboxes' event logs bounded. A background
+// loop prunes each log from its head by age and by count, compacts the
+// superseded message.updated events of finished turns out of its middle, and
+// drops deleted sandboxes whole once they have aged out. Pruning advances the
+// log's pruned_through watermark, the low-watermark signal readers check
+// their cursors against (SPEC §6, §7).
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// Store is what retention needs of the event store. boltstore.Store
+// implements it.
+type Store interface {
+	// Sandboxes lists sandboxes with their watermarks, in id order, after
+	// the given id.
+	Sandboxes(ctx context.Context, after string, limit int) (list []sandbox.Sandbox, more bool, err error)
+	// Read returns up to limit retained records with id > after, in order.
+	Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error)
+	// Prune removes every event with id <= through, at most batch deletes
+	// per transaction, advancing pruned_through and oldest_event_id with
+	// each batch.
+	Prune(ctx context.Context, id string, through uint64, batch int) (removed int, err error)
+	// Compact removes the given events from anywhere in the log.
+	Compact(ctx context.Context, id string, ids []uint64) (removed int, err error)
+	// Drop removes a sandbox whole.
+	Drop(ctx context.Context, id string) error
+}
+
+// Config is what a Loop needs. Zero values take the defaults.
+type Config struct {
+	Store Store
+	// MaxAge prunes events older than this (default 168h).
+	MaxAge time.Duration
+	// MaxEvents keeps at most this many events per sandbox (default 100000).
+	MaxEvents int
+	// Interval is the time between passes (default 1m).
+	Interval time.Duration
+	// Batch bounds the deletes of one write transaction, so appends queued
+	// behind a prune wait for one small batch at most (default 1000).
+	Batch int
+	// DataDir holds sandboxes/<id>, removed when a deleted sandbox is
+	// dropped. Empty leaves directories alone.
+	DataDir string
+	Now     func() time.Time
+	Logger  *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxAge    = 168 * time.Hour
+	DefaultMaxEvents = 100000
+	DefaultInterval  = time.Minute
+	DefaultBatch     = 1000
+)
+
+// Result counts what one pass did.
+type Result struct {
+	Sandboxes int // sandboxes looked at
+	Pruned    int // events removed from the head of logs
+	Compacted int // superseded message.updated events removed
+	Dropped   int // deleted sandboxes removed whole
+}
+
+func (r *Result) add(o Result) {
+	r.Sandboxes += o.Sandboxes
+	r.Pruned += o.Pruned
+	r.Compacted += o.Compacted
+	r.Dropped += o.Dropped
+}
+
+// Loop runs retention passes. RunOnce may be called directly; Start runs it
+// every Interval until Close.
+type Loop struct {
+	cfg Config
+	log *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// pass serializes passes; tracks belongs to whoever holds it.
+	pass   sync.Mutex
+	tracks map[string]*track
+
+	mu      sync.Mutex
+	started bool
+	beat    time.Time // the loop last showed progress
+	lastRun time.Time // the last pass ended
+	lastErr error
+}
+
+// New returns a Loop over cfg.Store; it does nothing until Start or RunOnce.
+func New(cfg Config) *Loop {
+	if cfg.MaxAge <= 0 {
+		cfg.MaxAge = DefaultMaxAge
+	}
+	if cfg.MaxEvents <= 0 {
+		cfg.MaxEvents = DefaultMaxEvents
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Loop{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, tracks: map[string]*track{}}
+}
+
+// Start runs a pass at once and then every Interval, in the background.
+func (l *Loop) Start() {
+	l.mu.Lock()
+	l.started = true
+	l.beat = l.cfg.Now()
+	l.mu.Unlock()
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		l.loop(l.ctx)
+	}()
+}
+
+// Close stops the loop, interrupting a pass in progress, and waits for it.
+func (l *Loop) Close() error {
+	l.cancel()
+	l.wg.Wait()
+	return nil
+}
+
+func (l *Loop) loop(ctx context.Context) {
+	ticker := time.NewTicker(l.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		l.runLogged(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+func (l *Loop) runLogged(ctx context.Context) {
+	res, err := l.RunOnce(ctx, l.cfg.Now())
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		l.log.Error("retention pass failed", "err", err)
+	}
+	if res.Pruned+res.Compacted+res.Dropped > 0 {
+		l.log.Info("retention pass", "sandboxes", res.Sandboxes, "pruned", res.Pruned,
+			"compacted", res.Compacted, "dropped", res.Dropped)
+	}
+}
+
+// Alive reports whether a started loop is making progress: it has begun or
+// finished a pass, or finished a sandbox within a pass, in the last three
+// intervals. A pass stuck on the store shows up here.
+func (l *Loop) Alive() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.started && l.ctx.Err() == nil && l.cfg.Now().Sub(l.beat) < 3*l.cfg.Interval
+}
+
+// LastRun returns when the last pass ended (zero before the first) and its
+// error.
+func (l *Loop) LastRun() (time.Time, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastRun, l.lastErr
+}
+
+func (l *Loop) heartbeat() {
+	l.mu.Lock()
+	l.beat = l.cfg.Now()
+	l.mu.Unlock()
+}
+
+// RunOnce runs one pass over every sandbox with now as the present: events
+// with ts before now-MaxAge are pruned. An error on one sandbox is reported
+// and the pass goes on with the next; the result counts what was done.
+func (l *Loop) RunOnce(ctx context.Context, now time.Time) (Result, error) {
+	l.pass.Lock()
+	defer l.pass.Unlock()
+	l.heartbeat()
+	var (
+		total Result
+		errs  []error
+		seen  = map[string]bool{}
+		after string
+	)
+	for {
+		list, more, err := l.cfg.Store.Sandboxes(ctx, after, 100)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list sandboxes: %w", err))
+			break
+		}
+		for _, sb := range list {
+			seen[sb.ID] = true
+			res, err := l.sandbox(ctx, sb, now)
+			total.add(res)
+			total.Sandboxes++
+			if err != nil && !sandbox.IsType(err, sandbox.ENotFound) {
+				errs = append(errs, fmt.Errorf("sandbox %s: %w", sb.ID, err))
+			}
+			if ctx.Err() != nil {
+				return total, ctx.Err()
+			}
+			l.heartbeat()
+		}
+		if !more || len(list) == 0 {
+			break
+		}
+		after = list[len(list)-1].ID
+	}
+	if len(errs) == 0 {
+		// Forget sandboxes that are gone, but only after a complete listing.
+		for id := range l.tracks {
+			if !seen[id] {
+				delete(l.tracks, id)
+			}
+		}
+	}
+	err := errors.Join(errs...)
+	l.mu.Lock()
+	l.lastRun, l.lastErr, l.beat = l.cfg.Now(), err, l.cfg.Now()
+	l.mu.Unlock()
+	return total, err
+}
+
+// sandbox runs one sandbox's share of a pass: drop it if it is deleted and
+// old, else compact its finished turns and prune its head.
+func (l *Loop) sandbox(ctx context.Context, sb sandbox.Sandbox, now time.Time) (Result, error) {
+	var res Result
+	cutoff := now.Add(-l.cfg.MaxAge)
+	if sb.Status == sandbox.StatusDeleted {
+		expired, err := l.expired(ctx, sb, cutoff)
+		if err != nil {
+			return res, err
+		}
+		if expired {
+			if err := l.drop(ctx, sb.ID); err != nil {
+				return res, err
+			}
+			res.Dropped++
+			return res, nil
+		}
+	}
+	t := l.tracks[sb.ID]
+	if t == nil || t.pruned != uint64(sb.PrunedThrough) {
+		// First sight, or a prune this loop did not make: count afresh.
+		t = &track{pruned: uint64(sb.PrunedThrough)}
+		l.tracks[sb.ID] = t
+	}
+	compacted, err := l.compact(ctx, sb, t)
+	res.Compacted += compacted
+	if err != nil {
+		delete(l.tracks, sb.ID)
+		return res, err
+	}
+	pruned, err := l.prune(ctx, sb, t, cutoff)
+	res.Pruned += pruned
+	if err != nil {
+		delete(l.tracks, sb.ID)
+		return res, err
+	}
+	return res, nil
+}
+
+// expired reports whether a deleted sandbox has aged out: its last retained
+// event and its updated_at (the deletion, or the last activity) are both
+// older than cutoff.
+func (l *Loop) expired(ctx context.Context, sb sandbox.Sandbox, cutoff time.Time) (bool, error) {
+	if !sb.UpdatedAt.Before(cutoff) {
+		return false, nil
+	}
+	last := uint64(sb.LastEventID)
+	if last == 0 || last <= uint64(sb.PrunedThrough) {
+		return true, nil // the log is empty
+	}
+	recs, err := l.cfg.Store.Read(ctx, sb.ID, last-1, 1)
+	if err != nil {
+		return false, err
+	}
+	if len(recs) == 0 {
+		return true, nil
+	}
+	ts, err := recordTS(recs[0])
+	if err != nil {
+		return false, err
+	}
+	return ts.Before(cutoff), nil
+}
+
+// drop removes the sandbox's directory, then its data: a failure in between
+// leaves the sandbox listed, so the next pass tries again.
+func (l *Loop) drop(ctx context.Context, id string) error {
+	if l.cfg.DataDir != "" {
+		if !filepath.IsLocal(id) || filepath.Base(id) != id {
+			return fmt.Errorf("refusing to remove the directory of sandbox id %q", id)
+		}
+		if err := os.RemoveAll(filepath.Join(l.cfg.DataDir, "sandboxes", id)); err != nil {
+			return err
+		}
+	}
+	if err := l.cfg.Store.Drop(ctx, id); err != nil {
+		return err
+	}
+	delete(l.tracks, id)
+	l.log.Info("dropped deleted sandbox", "sandbox_id", id)
+	return nil
+}

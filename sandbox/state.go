@@ -26,7 +26,7 @@ func (s *State) Apply(ev *Event) (turn *Turn, appr *Approval) {
 	if !ev.TS.IsZero() {
 		s.Sandbox.UpdatedAt = ev.TS
 	}
-	switch d := ev.Data.(type) {
+	switch d := pointerData(ev.Data).(type) {
 	case *TurnStarted:
 		t := &Turn{
 			ID: ev.TurnID, Object: "turn", SandboxID: ev.SandboxID,
@@ -121,4 +121,26 @@ func (s *State) Snapshot() Snapshot {
 // Marks returns the watermarks of the state's log.
 func (s *State) Marks() Marks {
 	return Marks{OldestEventID: s.Sandbox.OldestEventID, PrunedThrough: s.Sandbox.PrunedThrough, LastEventID: s.Sandbox.LastEventID}
+}
+
+// pointerData returns payloads given as values as pointers, so the fold
+// treats Event.Data the same whichever way it was built.
+func pointerData(d any) any {
+	switch v := d.(type) {
+	case TurnStarted:
+		return &v
+	case TurnCompleted:
+		return &v
+	case MessageUpdated:
+		return &v
+	case MessageCompleted:
+		return &v
+	case ToolUpdated:
+		return &v
+	case ApprovalRequested:
+		return &v
+	case ApprovalResolved:
+		return &v
+	}
+	return d
 }

@@ -60,7 +60,7 @@ func TestCreateSandbox(t *testing.T) {
 	}{
 		{"ErrBadJSON", `{"metadata":`, "not valid JSON"},
 		{"ErrSyntax", `{"metadata" 1}`, "not valid JSON"},
-		{"ErrUnknownField", `{"nope":1}`, `"nope"`},
+		{"ErrUnknownField", `{"nope":1}`, `unknown field "nope"`},
 		{"ErrTrailingData", `{} {}`, "after the JSON object"},
 		{"ErrNotObject", `[1]`, "JSON object"},
 		{"ErrWrongType", `{"metadata":"x"}`, `"metadata"`},
@@ -311,6 +311,15 @@ func TestRouting(t *testing.T) {
 		allow := resp.header.Get("Allow")
 		if !strings.Contains(allow, "GET") || !strings.Contains(allow, "POST") {
 			t.Fatalf("Allow %q, want GET and POST", allow)
+		}
+	})
+	t.Run("Options", func(t *testing.T) {
+		resp := h.request(http.MethodOptions, "/v1/sandboxes", "", nil)
+		if got, want := resp.status, http.StatusNoContent; got != want {
+			t.Fatalf("status %d, want %d", got, want)
+		}
+		if allow := resp.header.Get("Allow"); !strings.Contains(allow, "POST") {
+			t.Fatalf("Allow %q, want POST in it", allow)
 		}
 	})
 	t.Run("RequestID", func(t *testing.T) {

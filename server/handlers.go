@@ -174,6 +174,9 @@ func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request, ps httproute
 	if len(recs) > 0 {
 		next = recs[len(recs)-1].ID
 	}
+	// A store may answer fewer events than asked while more are there (Read
+	// promises "up to limit"); the log's last id settles it.
+	more = more || len(recs) > 0 && next < uint64(sb.LastEventID)
 	size := 160
 	for _, rec := range recs {
 		size += len(rec.JSON) + 1

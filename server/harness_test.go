@@ -108,6 +108,7 @@ type testBackend struct {
 	mu        sync.Mutex
 	lastInput string
 	onRead    func(id string, after uint64)
+	afterRead func(id string, recs []sandbox.Record)
 }
 
 func (b *testBackend) StartTurn(ctx context.Context, id, input string) (sandbox.Turn, error) {
@@ -153,7 +154,20 @@ func (b *testBackend) Read(ctx context.Context, id string, after uint64, limit i
 	if hook != nil {
 		hook(id, after)
 	}
-	return b.Coordinator.Read(ctx, id, after, limit)
+	recs, err := b.Coordinator.Read(ctx, id, after, limit)
+	b.mu.Lock()
+	afterHook := b.afterRead
+	b.mu.Unlock()
+	if afterHook != nil {
+		afterHook(id, recs)
+	}
+	return recs, err
+}
+
+func (b *testBackend) setAfterRead(f func(id string, recs []sandbox.Record)) {
+	b.mu.Lock()
+	b.afterRead = f
+	b.mu.Unlock()
 }
 
 func (b *testBackend) setOnRead(f func(id string, after uint64)) {

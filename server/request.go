@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -16,6 +17,11 @@ import (
 // decodeBody decodes the JSON object in r's body into v. An empty body
 // leaves v as it is, so callers decide whether a body is required.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	if rw, ok := w.(*responseWriter); ok {
+		// MaxBytesReader tells the connection's own writer to close after
+		// an oversized body rather than read the rest of it.
+		w = rw.ResponseWriter
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -68,7 +74,7 @@ func describeJSONError(err error) string {
 		return "request body is not valid JSON: it ends in the middle of a value"
 	}
 	// DisallowUnknownFields reports `json: unknown field "x"`.
-	return "request body is invalid: " + err.Error()
+	return "request body has an " + strings.TrimPrefix(err.Error(), "json: ")
 }
 
 func jsonKind(goKind string) string {

@@ -209,8 +209,8 @@ func (s *Server) panicked(w http.ResponseWriter, r *http.Request, v any) {
 	writeJSON(w, http.StatusInternalServerError, errorEnvelope{errorBody{Type: sandbox.EInternal, Message: internalMessage}})
 }
 
-// ServeHTTP answers one request: a request id, a default write deadline,
-// then the route, and a log line at the end.
+// ServeHTTP answers one request: a request id, the route (or the static
+// page), and a log line at the end.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rid := r.Header.Get("X-Request-Id")
@@ -219,6 +219,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Request-Id", rid)
 	rw := &responseWriter{ResponseWriter: w, requestID: rid, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
+	// A stream that ended on a kept-alive connection leaves its deadline
+	// behind; until this answer's first write sets its own, there is none.
+	_ = rw.rc.SetWriteDeadline(time.Time{})
 
 	if s.cfg.Static != nil && r.URL.Path != "/healthz" && !isAPIPath(r.URL.Path) {
 		s.cfg.Static.ServeHTTP(rw, r)

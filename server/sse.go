@@ -1,14 +1,18 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -65,50 +69,61 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 		ping: time.NewTimer(s.cfg.Keepalive),
 	}
 	defer c.ping.Stop()
-	log := s.log.With("request_id", requestID(w), "sandbox_id", id)
 	// Once the headers are out, failures can only end the stream: the
 	// client reconnects with its Last-Event-ID and gets a proper answer.
+	err = s.follow(ctx, c, id, cursor, wake, &st, snap)
+	if err != nil {
+		level := slog.LevelDebug // the client left: nothing to see
+		if ctx.Err() == nil && !isWriteError(err) && !sandbox.IsType(err, sandbox.ECursorPruned) {
+			level = slog.LevelWarn
+		}
+		s.log.Log(ctx, level, "sse: stream ended", "request_id", requestID(w), "sandbox_id", id, "err", err)
+	}
+	return nil
+}
+
+// writeError marks an error of the connection, as opposed to one of the
+// store, for the log.
+type writeError struct{ err error }
+
+func (e writeError) Error() string { return "write: " + e.err.Error() }
+func (e writeError) Unwrap() error { return e.err }
+
+func isWriteError(err error) bool {
+	_, ok := errors.AsType[writeError](err)
+	return ok
+}
+
+// follow writes the snapshot, then every event after cursor, then the live
+// tail, until the client or the server leaves (nil) or something fails. wake
+// must have been taken before st was read.
+func (s *Server) follow(ctx context.Context, c *sseConn, id string, cursor uint64, wake <-chan struct{}, st *sandbox.State, snap []byte) error {
 	if err := c.flush(); err != nil {
-		log.Debug("sse: client gone", "err", err)
-		return nil
+		return err
 	}
 	if err := c.transient(sandbox.TypeSnapshot, snap); err != nil {
-		log.Debug("sse: client gone", "err", err)
-		return nil
+		return err
 	}
 	if err := c.flush(); err != nil {
-		log.Debug("sse: client gone", "err", err)
-		return nil
+		return err
 	}
-
 	status, detail := st.Sandbox.Status, st.Sandbox.StatusDetail
 	for {
+		// A prune that overtakes this reader makes Read fail with
+		// cursor_pruned; ending the stream lets the reconnect answer it
+		// with a 410 and the watermarks rather than skip events.
 		recs, err := s.b.Read(ctx, id, cursor, replayBatch)
 		if err != nil {
-			// A prune that overtook this reader lands here as cursor_pruned;
-			// the reconnect answers it with a 410 and the watermarks.
-			level := slog.LevelWarn
-			if ctx.Err() != nil || sandbox.IsType(err, sandbox.ECursorPruned) {
-				level = slog.LevelDebug
-			}
-			log.Log(ctx, level, "sse: read failed; ending stream", "cursor", cursor, "err", err)
-			return nil
-		}
-		for _, rec := range recs {
-			if err := c.frame(rec.ID, string(rec.Type), rec.JSON); err != nil {
-				log.Debug("sse: client gone", "err", err)
-				return nil
-			}
+			return err
 		}
 		if len(recs) > 0 {
-			cursor = recs[len(recs)-1].ID
-			if err := c.flush(); err != nil {
-				log.Debug("sse: client gone", "err", err)
-				return nil
+			if err := c.batch(recs); err != nil {
+				return err
 			}
+			cursor = recs[len(recs)-1].ID
 		}
 		if len(recs) == replayBatch || len(recs) > 0 && s.behind(id, cursor) {
-			// More may follow at once; read on without waiting, unless the
+			// More may follow at once: read on without waiting, unless the
 			// client or the server is leaving.
 			if ctx.Err() != nil || s.ctx.Err() != nil {
 				return nil
@@ -126,21 +141,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 				return nil
 			case <-c.ping.C:
 				if err := c.comment("ping"); err != nil {
-					log.Debug("sse: client gone", "err", err)
-					return nil
+					return err
 				}
 			case <-wake:
 				wake = s.b.Wait(id)
 				head, err := s.b.Head(id)
 				if err != nil {
-					log.Debug("sse: sandbox gone; ending stream", "err", err)
-					return nil
+					return err
 				}
 				if head.Status != status || head.Detail != detail {
 					status, detail = head.Status, head.Detail
 					if err := c.status(id, status, detail); err != nil {
-						log.Debug("sse: client gone", "err", err)
-						return nil
+						return err
 					}
 				}
 				caughtUp = head.LastEventID <= cursor
@@ -187,8 +199,38 @@ type sseConn struct {
 
 func (c *sseConn) frame(id uint64, event string, data []byte) error {
 	var err error
-	c.scratch, err = writeFrame(c.w, c.scratch, id, event, data)
-	return err
+	if c.scratch, err = writeFrame(c.w, c.scratch, id, event, data); err != nil {
+		return writeError{err}
+	}
+	return nil
+}
+
+// batchBuffers hold the frames of one batch on their way to the
+// connection, so a replay reaches the socket in large writes rather than
+// one small write per frame. A stream holds one only while it writes a
+// batch, so idle streams cost none.
+var batchBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, batchBufferSize) }}
+
+const batchBufferSize = 32 << 10
+
+// batch writes the frames of recs and flushes them.
+func (c *sseConn) batch(recs []sandbox.Record) error {
+	bw := batchBuffers.Get().(*bufio.Writer)
+	bw.Reset(c.w)
+	defer func() {
+		bw.Reset(nil)
+		batchBuffers.Put(bw)
+	}()
+	var err error
+	for _, rec := range recs {
+		if c.scratch, err = writeFrame(bw, c.scratch, rec.ID, string(rec.Type), rec.JSON); err != nil {
+			return writeError{err}
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return writeError{err}
+	}
+	return c.flush()
 }
 
 func (c *sseConn) transient(typ sandbox.Type, envelope []byte) error {
@@ -209,7 +251,7 @@ func (c *sseConn) status(id, status, detail string) error {
 
 func (c *sseConn) comment(text string) error {
 	if _, err := io.WriteString(c.w, ": "+text+"\n\n"); err != nil {
-		return err
+		return writeError{err}
 	}
 	return c.flush()
 }
@@ -218,7 +260,7 @@ func (c *sseConn) comment(text string) error {
 // due after a quiet interval.
 func (c *sseConn) flush() error {
 	if err := c.rc.Flush(); err != nil {
-		return err
+		return writeError{err}
 	}
 	c.ping.Reset(c.idle)
 	return nil
@@ -256,7 +298,7 @@ func writeFrame(w io.Writer, scratch []byte, id uint64, event string, data []byt
 		b = append(b, event...)
 		b = append(b, '\n')
 	}
-	if bytes.IndexAny(data, "\r\n") < 0 {
+	if bytes.IndexByte(data, '\n') < 0 && bytes.IndexByte(data, '\r') < 0 {
 		b = append(b, "data: "...)
 		if len(data) <= smallFrame {
 			b = append(b, data...)

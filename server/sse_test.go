@@ -77,6 +77,9 @@ func TestStreamResumeEveryCursor(t *testing.T) {
 	c := h.createSandbox()
 	ids := h.appendMessages(c.ID, 200, 10)
 	last := ids[len(ids)-1]
+	// One stream per cursor, all open at once, so one append afterwards
+	// checks the live tail of every one of them.
+	streams := make([]*stream, 0, last+1)
 	for cursor := uint64(0); cursor <= last; cursor++ {
 		var s *stream
 		if cursor%2 == 0 {
@@ -86,11 +89,39 @@ func TestStreamResumeEveryCursor(t *testing.T) {
 		}
 		s.snapshot()
 		s.expectIDs(after(ids, cursor))
-		live := h.appendMessages(c.ID, 1, 10)
-		s.expectIDs(live)
-		ids = append(ids, live...)
-		s.close()
+		streams = append(streams, s)
 	}
+	live := h.appendMessages(c.ID, 1, 10)
+	for _, s := range streams {
+		s.expectIDs(live)
+	}
+}
+
+// TestStreamNoGap commits an event right after a stream's Read found
+// nothing, before the stream goes to sleep: the wake-up it sleeps on must
+// have been taken before that Read, or the event would wait for the next
+// commit.
+func TestStreamNoGap(t *testing.T) {
+	h := newHarness(t, options{})
+	c := h.createSandbox()
+	h.appendMessages(c.ID, 3, 10)
+	ev := &sandbox.Event{Type: sandbox.TypeToolUpdated, Data: &sandbox.ToolUpdated{ToolCallID: "tool_1", Title: "t", Kind: "read", Status: "running"}}
+	committed := make(chan struct{})
+	var once sync.Once
+	h.be.setAfterRead(func(id string, recs []sandbox.Record) {
+		if id == c.ID && len(recs) == 0 {
+			once.Do(func() {
+				if err := h.coord.AppendEvents(context.Background(), c.ID, ev); err != nil {
+					t.Errorf("append: %v", err)
+				}
+				close(committed)
+			})
+		}
+	})
+	s := h.openStream(c.ID, "", nil)
+	s.snapshot()
+	waitClosed(t, committed)
+	s.expectIDs([]uint64{ev.ID})
 }
 
 func TestStreamCursorErrors(t *testing.T) {

@@ -536,3 +536,24 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+func TestApprovalTimeout(t *testing.T) {
+	e := newEnv(t, func(c *coordinator.Config) { c.ApprovalTimeout = 200 * time.Millisecond })
+	sb := e.create(coordinator.CreateParams{})
+	if _, err := e.co.StartTurn(context.Background(), sb.ID, "please write late.txt"); err != nil {
+		t.Fatal(err)
+	}
+	evs := e.waitFor(sb.ID, 0, isType(sandbox.TypeTurnCompleted))
+	var resolved *sandbox.ApprovalResolved
+	for _, ev := range evs {
+		if d, ok := ev.Data.(*sandbox.ApprovalResolved); ok {
+			resolved = d
+		}
+	}
+	if resolved == nil || resolved.Decision != sandbox.DecisionCanceled || resolved.Reason != sandbox.ReasonTimeout {
+		t.Fatalf("approval.resolved = %+v; events %s", resolved, types(evs))
+	}
+	if got := lastTool(evs); got == nil || got.Status != sandbox.ToolFailed {
+		t.Fatalf("tool after an expired approval = %+v", got)
+	}
+}

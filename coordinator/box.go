@@ -29,6 +29,7 @@ type box struct {
 	conn      *agent.Conn
 	booting   bool
 	tr        *translate.Translator
+	seen      translate.Stats // translator counts already told to the observer
 	turn      *turnRun
 	approvals map[string]*approvalRun
 	deleted   bool
@@ -48,9 +49,9 @@ type turnRun struct {
 }
 
 type approvalRun struct {
-	req       agent.RequestID
-	data      sandbox.ApprovalRequested
-	pending   translate.Pending
+	req     agent.RequestID
+	data    sandbox.ApprovalRequested
+	pending translate.Pending
 }
 
 type bootResult struct {
@@ -68,15 +69,15 @@ func (c *Coordinator) box(id string) (*box, error) {
 		return nil, sandbox.Errorf(sandbox.EConflict, "the server is shutting down")
 	}
 	b := &box{
-		c:         c,
-		id:        id,
-		cmds:      make(chan func()),
-		approvals: map[string]*approvalRun{},
-		bootDone:  make(chan bootResult, 1),
-		flush:     stoppedTimer(),
-		turnTimer: stoppedTimer(),
+		c:           c,
+		id:          id,
+		cmds:        make(chan func()),
+		approvals:   map[string]*approvalRun{},
+		bootDone:    make(chan bootResult, 1),
+		flush:       stoppedTimer(),
+		turnTimer:   stoppedTimer(),
 		cancelTimer: stoppedTimer(),
-		apprTimer: stoppedTimer(),
+		apprTimer:   stoppedTimer(),
 	}
 	c.boxes[id] = b
 	c.wg.Add(1)
@@ -160,7 +161,49 @@ func (b *box) emit(evs []*sandbox.Event) {
 	}
 	if err := b.c.store.Append(context.Background(), b.id, evs, nil); err != nil {
 		b.log().Error("append failed", "err", err, "events", len(evs))
+		return
 	}
+	b.observe(evs)
+}
+
+// observe tells the observer about settled turns and approvals, and, when a
+// turn ends, what the translator dropped and redacted since last time.
+func (b *box) observe(evs []*sandbox.Event) {
+	obs := b.c.cfg.Observer
+	turnDone := false
+	for _, ev := range evs {
+		switch d := ev.Data.(type) {
+		case *sandbox.TurnCompleted:
+			obs.TurnCompleted(d.Status)
+			turnDone = true
+		case *sandbox.ApprovalResolved:
+			obs.ApprovalResolved(d.Decision)
+		}
+	}
+	if !turnDone || b.tr == nil {
+		return
+	}
+	st := b.tr.Stats()
+	for kind, n := range st.Dropped {
+		if d := n - b.seen.Dropped[kind]; d > 0 {
+			obs.UpdatesDropped(kind, d)
+		}
+	}
+	if d := st.Redactions - b.seen.Redactions; d > 0 {
+		obs.Redacted(d)
+	}
+	b.seen = st
+}
+
+// setConn replaces the agent connection and keeps the running-agents gauge.
+func (b *box) setConn(conn *agent.Conn) {
+	switch {
+	case b.conn == nil && conn != nil:
+		b.c.cfg.Observer.AgentsRunning(1)
+	case b.conn != nil && conn == nil:
+		b.c.cfg.Observer.AgentsRunning(-1)
+	}
+	b.conn = conn
 }
 
 func (b *box) setStatus(status, detail string, evs ...*sandbox.Event) {
@@ -174,7 +217,9 @@ func (b *box) setStatus(status, detail string, evs ...*sandbox.Event) {
 	})
 	if err != nil {
 		b.log().Error("status update failed", "status", status, "err", err)
+		return
 	}
+	b.observe(evs)
 }
 
 func (b *box) armFlush() {
@@ -316,7 +361,7 @@ func (b *box) booted(res bootResult) {
 		res.conn.Close()
 		return
 	}
-	b.conn = res.conn
+	b.setConn(res.conn)
 	b.setStatus(sandbox.StatusReady, "the agent is ready")
 	if b.turn != nil && !b.turn.running {
 		b.runTurn()

@@ -37,9 +37,27 @@ type Config struct {
 	ApprovalTimeout time.Duration // default 10m
 	FlushInterval   time.Duration // default 50ms
 
-	Logger *slog.Logger
-	Now    func() time.Time
+	Logger   *slog.Logger
+	Now      func() time.Time
+	Observer Observer // metrics; nil observes nothing
 }
+
+// Observer is told what the coordinator does, for metrics.
+type Observer interface {
+	TurnCompleted(status string)
+	ApprovalResolved(decision string)
+	UpdatesDropped(kind string, n int)
+	Redacted(n int)
+	AgentsRunning(delta int)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) TurnCompleted(string)       {}
+func (nopObserver) ApprovalResolved(string)    {}
+func (nopObserver) UpdatesDropped(string, int) {}
+func (nopObserver) Redacted(int)               {}
+func (nopObserver) AgentsRunning(int)          {}
 
 // BuiltinAgent is an ACP agent that runs in-process: it reads requests from
 // stdin and writes to stdout until ctx ends or stdin closes. env is the
@@ -91,6 +109,9 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {

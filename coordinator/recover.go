@@ -86,11 +86,23 @@ func (c *Coordinator) recoverOne(ctx context.Context, id string) error {
 	if len(evs) == 0 && status == st.Sandbox.Status {
 		return nil
 	}
-	return c.store.Append(ctx, id, evs, func(st *sandbox.State) error {
+	err = c.store.Append(ctx, id, evs, func(st *sandbox.State) error {
 		st.Sandbox.Status, st.Sandbox.StatusDetail = status, detail
 		st.Sandbox.UpdatedAt = now
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	for _, ev := range evs {
+		switch d := ev.Data.(type) {
+		case *sandbox.TurnCompleted:
+			c.cfg.Observer.TurnCompleted(d.Status)
+		case *sandbox.ApprovalResolved:
+			c.cfg.Observer.ApprovalResolved(d.Decision)
+		}
+	}
+	return nil
 }
 
 // completedMessages groups the latest part snapshots of a turn into messages,

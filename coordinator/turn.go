@@ -183,7 +183,7 @@ func (b *box) agentGone(cause error, protocol bool) {
 		return
 	}
 	b.conn.Close()
-	b.conn = nil
+	b.setConn(nil)
 	code, msg := sandbox.ErrAgentExited, "the agent exited unexpectedly"
 	if protocol {
 		code, msg = sandbox.ErrProtocol, "the agent broke the protocol and was stopped"
@@ -260,7 +260,7 @@ func (b *box) stopAgent() {
 		return
 	}
 	conn := b.conn
-	b.conn = nil
+	b.setConn(nil)
 	for id, a := range b.approvals {
 		_ = a
 		delete(b.approvals, id)

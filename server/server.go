@@ -56,7 +56,28 @@ type Config struct {
 	// limit on a response's length, so a replay of any length still
 	// completes for a client that keeps reading.
 	WriteTimeout time.Duration
+	// Metrics, when set, is served at /metrics to holders of the server
+	// token (the Prometheus text format; scrapers send the bearer token).
+	Metrics http.Handler
+	// Ready, when set, is asked by /readyz: nil means ready (the store is
+	// open, the retention loop runs). /readyz needs no token, like /healthz.
+	Ready func() error
+	// Observer is told about streams, for metrics; nil observes nothing.
+	Observer Observer
 }
+
+// Observer is told what the streams do.
+type Observer interface {
+	StreamOpened(replay bool)
+	StreamClosed()
+	Delivered(n int)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) StreamOpened(bool) {}
+func (nopObserver) StreamClosed()     {}
+func (nopObserver) Delivered(int)     {}
 
 // Server answers the HTTP API. It is an http.Handler; Listen, Serve and
 // Shutdown run it on a listener of its own.
@@ -95,6 +116,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, b: cfg.Backend, log: cfg.Logger, ctx: ctx, cancel: cancel}
@@ -136,6 +160,9 @@ func (s *Server) newRouter() *httprouter.Router {
 		{http.MethodGet, "/v1/sandboxes/:id/events", accessRead, s.eventsPage},
 		{http.MethodGet, "/v1/sandboxes/:id/events/stream", accessRead, s.stream},
 	}
+	if s.cfg.Metrics != nil {
+		s.routes = append(s.routes, route{http.MethodGet, "/metrics", accessFull, s.metrics})
+	}
 	rt := httprouter.New()
 	// Redirects would answer with HTML and hide typos; a wrong path is a
 	// plain 404 of the API instead.
@@ -153,7 +180,31 @@ func (s *Server) newRouter() *httprouter.Router {
 	rt.GET("/healthz", func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	rt.GET("/readyz", s.readyz)
 	return rt
+}
+
+// routerPaths are the paths outside /v1 that the router answers rather
+// than the static page.
+func routerPath(p string) bool {
+	return isAPIPath(p) || p == "/healthz" || p == "/readyz" || p == "/metrics"
+}
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+	s.cfg.Metrics.ServeHTTP(w, r)
+	return nil
+}
+
+// readyz answers 200 when the server can do its work, 503 with the reason
+// otherwise, so an orchestrator stops sending traffic to a node that cannot.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": err.Error()})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 // guard authenticates a request for its route and answers the handler's
@@ -223,7 +274,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// behind; until this answer's first write sets its own, there is none.
 	_ = rw.rc.SetWriteDeadline(time.Time{})
 
-	if s.cfg.Static != nil && r.URL.Path != "/healthz" && !isAPIPath(r.URL.Path) {
+	if s.cfg.Static != nil && !routerPath(r.URL.Path) {
 		s.cfg.Static.ServeHTTP(rw, r)
 	} else {
 		s.router.ServeHTTP(rw, r)

@@ -69,6 +69,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 		ping: time.NewTimer(s.cfg.Keepalive),
 	}
 	defer c.ping.Stop()
+	s.cfg.Observer.StreamOpened(given)
+	defer s.cfg.Observer.StreamClosed()
 	// Once the headers are out, failures can only end the stream: the
 	// client reconnects with its Last-Event-ID and gets a proper answer.
 	err = s.follow(ctx, c, id, cursor, wake, &st, snap)
@@ -120,6 +122,7 @@ func (s *Server) follow(ctx context.Context, c *sseConn, id string, cursor uint6
 			if err := c.batch(recs); err != nil {
 				return err
 			}
+			s.cfg.Observer.Delivered(len(recs))
 			cursor = recs[len(recs)-1].ID
 		}
 		if len(recs) == replayBatch || len(recs) > 0 && s.behind(id, cursor) {

@@ -282,7 +282,10 @@ func (a *apiClient) describe(err error) error {
 	case sandbox.EForbidden:
 		return fmt.Errorf("the token may not do this (%s); pass the server's token with --token or SPARKLES_TOKEN", e.Message)
 	case sandbox.ENotFound:
-		return fmt.Errorf("%s; `sparkles sandbox list` shows the sandboxes", e.Message)
+		if strings.HasPrefix(e.Message, "sandbox ") {
+			return fmt.Errorf("%s; `sparkles sandbox list` shows the sandboxes", e.Message)
+		}
+		return fmt.Errorf("%s; `sparkles events SANDBOX_ID` shows its turns and approvals", e.Message)
 	case sandbox.ETurnInProgress:
 		return fmt.Errorf("%s; wait for it or stop it with `sparkles cancel SANDBOX_ID`", e.Message)
 	case sandbox.EInternal:
@@ -297,6 +300,10 @@ func (a *apiClient) describe(err error) error {
 // --follow` is how people write it. After "--" everything is an argument.
 func positional(c *cli.Context, min, max int) ([]string, error) {
 	in := c.Args().Slice()
+	cmd := c.Command.HelpName // "sparkles sandbox get"
+	if cmd == "" {
+		cmd = "sparkles " + c.Command.Name
+	}
 	var args []string
 	for i := 0; i < len(in); i++ {
 		a := in[i]
@@ -308,10 +315,10 @@ func positional(c *cli.Context, min, max int) ([]string, error) {
 			args = append(args, a)
 			continue
 		}
-		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		f := lookupFlag(c.Command.Flags, name)
+		flagName, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f := lookupFlag(c.Command.Flags, flagName)
 		if f == nil {
-			return nil, fmt.Errorf("%s: unknown flag %s; see `sparkles %s --help`", c.Command.FullName(), a, c.Command.FullName())
+			return nil, fmt.Errorf("unknown flag %s; see `%s --help`", a, cmd)
 		}
 		if _, isBool := f.(*cli.BoolFlag); isBool {
 			if !hasValue {
@@ -319,13 +326,13 @@ func positional(c *cli.Context, min, max int) ([]string, error) {
 			}
 		} else if !hasValue {
 			if i+1 >= len(in) {
-				return nil, fmt.Errorf("%s: flag %s needs a value", c.Command.FullName(), a)
+				return nil, fmt.Errorf("flag %s needs a value; see `%s --help`", a, cmd)
 			}
 			i++
 			value = in[i]
 		}
-		if err := c.Set(name, value); err != nil {
-			return nil, fmt.Errorf("%s: invalid value %q for %s: %v", c.Command.FullName(), value, a, err)
+		if err := c.Set(flagName, value); err != nil {
+			return nil, fmt.Errorf("invalid value %q for %s: %v", value, a, err)
 		}
 	}
 	if len(args) < min || (max >= 0 && len(args) > max) {
@@ -333,7 +340,7 @@ func positional(c *cli.Context, min, max int) ([]string, error) {
 		if want == "" {
 			want = "no arguments"
 		}
-		return nil, fmt.Errorf("%s takes %s; got %d argument(s)", c.Command.FullName(), want, len(args))
+		return nil, fmt.Errorf("`%s` takes %s, got %d argument(s); see `%s --help`", cmd, want, len(args), cmd)
 	}
 	return args, nil
 }

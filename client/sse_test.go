@@ -149,3 +149,20 @@ func FuzzSSEReader(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkSSEReader parses frames the size of typical message.updated
+// events, as a stream replaying a long log delivers them.
+func BenchmarkSSEReader(b *testing.B) {
+	frame := "id: 1042\nevent: message.updated\ndata: {\"id\":\"1042\",\"data\":{\"text\":\"" + strings.Repeat("word ", 100) + "\"}}\n\n"
+	input := strings.Repeat(frame, 1000)
+	b.SetBytes(int64(len(input)))
+	b.ReportAllocs()
+	for b.Loop() {
+		p := newSSEReader(strings.NewReader(input), 1<<20)
+		for {
+			if _, err := p.Next(); err != nil {
+				break
+			}
+		}
+	}
+}

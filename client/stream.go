@@ -291,7 +291,7 @@ func retryable(err error) bool {
 	if e, ok := errors.AsType[*Error](err); ok {
 		switch {
 		case e.Type == sandbox.ECursorStale:
-			return true // recover decided: not given up yet
+			return true // catchUp has not given up on it yet
 		case e.Status >= 500, e.Status == http.StatusRequestTimeout, e.Status == http.StatusTooManyRequests:
 			return true
 		}

@@ -172,9 +172,13 @@ func TestStreamRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Stop while the turn streams its reply.
-	for next().Type != sandbox.TypeMessageUpdated {
+	for {
+		if d, ok := next().Data.(*sandbox.MessageUpdated); ok && d.Kind == sandbox.PartText {
+			break
+		}
 	}
 	srv.Stop()
+	t.Logf("server stopped after %d events", len(ids))
 	select {
 	case <-refused:
 	case <-ctx.Done():
@@ -186,6 +190,7 @@ func TestStreamRestart(t *testing.T) {
 	// a new turn runs on the new server.
 	for ev := next(); ev.Type != sandbox.TypeTurnCompleted || ev.TurnID != slow.ID; ev = next() {
 	}
+	t.Logf("the interrupted turn ended at event %d", ids[len(ids)-1])
 	turn, err := c.StartTurn(ctx, sb.ID, "read README.md")
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/metrics"
+	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/server"
 	"github.com/urfave/cli/v2"
 )
@@ -36,6 +38,10 @@ func newServeCommand() *cli.Command {
 			&cli.DurationFlag{Name: "turn-timeout", Value: 30 * time.Minute, EnvVars: []string{"SPARKLES_TURN_TIMEOUT"}, Usage: "how long one turn may run"},
 			&cli.DurationFlag{Name: "approval-timeout", Value: 10 * time.Minute, EnvVars: []string{"SPARKLES_APPROVAL_TIMEOUT"}, Usage: "how long an approval waits for a decision"},
 			&cli.DurationFlag{Name: "flush-interval", Value: 50 * time.Millisecond, EnvVars: []string{"SPARKLES_FLUSH_INTERVAL"}, Usage: "at most one message.updated per part per interval"},
+			&cli.DurationFlag{Name: "retention-max-age", Value: retention.DefaultMaxAge, EnvVars: []string{"SPARKLES_RETENTION_MAX_AGE"}, Usage: "prune events older than this"},
+			&cli.IntFlag{Name: "retention-max-events", Value: retention.DefaultMaxEvents, EnvVars: []string{"SPARKLES_RETENTION_MAX_EVENTS"}, Usage: "keep at most this many events per sandbox"},
+			&cli.DurationFlag{Name: "retention-interval", Value: retention.DefaultInterval, EnvVars: []string{"SPARKLES_RETENTION_INTERVAL"}, Usage: "time between retention passes"},
+			&cli.IntFlag{Name: "retention-batch", Value: retention.DefaultBatch, EnvVars: []string{"SPARKLES_RETENTION_BATCH"}, Usage: "deletes per retention write transaction"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SPARKLES_LOG_FORMAT"}, Usage: "text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SPARKLES_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 		},
@@ -70,7 +76,13 @@ func newServeCommand() *cli.Command {
 				TurnTimeout:     c.Duration("turn-timeout"),
 				ApprovalTimeout: c.Duration("approval-timeout"),
 				FlushInterval:   c.Duration("flush-interval"),
-				Logger:          logger,
+				Retention: retention.Config{
+					MaxAge:    c.Duration("retention-max-age"),
+					MaxEvents: c.Int("retention-max-events"),
+					Interval:  c.Duration("retention-interval"),
+					Batch:     c.Int("retention-batch"),
+				},
+				Logger: logger,
 			}
 			ctx, stop := signalContext(c.Context)
 			defer stop()
@@ -123,9 +135,12 @@ type Main struct {
 	TurnTimeout     time.Duration
 	ApprovalTimeout time.Duration
 	FlushInterval   time.Duration
+	Retention       retention.Config // Store, DataDir, Logger and Observer are set by Run
 	Logger          *slog.Logger
 
+	Metrics     *metrics.Metrics
 	Store       *boltstore.Store
+	Retainer    *retention.Loop
 	Coordinator *coordinator.Coordinator
 	Server      *server.Server
 	Listener    net.Listener
@@ -145,6 +160,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.Metrics = metrics.New()
 	dbPath := filepath.Join(m.DataDir, "sparkles.db")
 	st, err := boltstore.Open(dbPath, boltstore.Options{Timeout: time.Second, Logger: m.Logger})
 	if err != nil {
@@ -161,6 +177,7 @@ func (m *Main) Run(ctx context.Context) error {
 		ApprovalTimeout: m.ApprovalTimeout,
 		FlushInterval:   m.FlushInterval,
 		Logger:          m.Logger,
+		Observer:        m.Metrics,
 	})
 	if err != nil {
 		return err
@@ -169,7 +186,19 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := co.Recover(ctx); err != nil {
 		return fmt.Errorf("recovering sandboxes from %s: %w", dbPath, err)
 	}
-	m.Server = server.New(server.Config{Backend: co, Token: token, Keepalive: m.Keepalive, Logger: m.Logger})
+	rc := m.Retention
+	rc.Store, rc.DataDir, rc.Logger, rc.Observer = st, m.DataDir, m.Logger, m.Metrics
+	m.Retainer = retention.New(rc)
+	m.Retainer.Start()
+	m.Server = server.New(server.Config{
+		Backend:   co,
+		Token:     token,
+		Keepalive: m.Keepalive,
+		Logger:    m.Logger,
+		Metrics:   m.Metrics.Handler(),
+		Observer:  m.Metrics,
+		Ready:     m.ready,
+	})
 	l, err := m.Server.Listen(m.Addr)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -204,10 +233,24 @@ func (m *Main) Close() error {
 	if m.Coordinator != nil {
 		errs = append(errs, m.Coordinator.Close())
 	}
+	if m.Retainer != nil {
+		errs = append(errs, m.Retainer.Close())
+	}
 	if m.Store != nil {
 		errs = append(errs, m.Store.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// ready is what /readyz asks: the store answers and retention runs.
+func (m *Main) ready() error {
+	if _, _, err := m.Store.Sandboxes(context.Background(), "", 1); err != nil {
+		return fmt.Errorf("the database does not answer: %w", err)
+	}
+	if !m.Retainer.Alive() {
+		return errors.New("the retention loop is not running")
+	}
+	return nil
 }
 
 func checkWritable(dir string) error {

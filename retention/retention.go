@@ -47,13 +47,22 @@ type Config struct {
 	// Interval is the time between passes (default 1m).
 	Interval time.Duration
 	// Batch bounds the deletes of one write transaction, so appends queued
-	// behind a prune wait for one small batch at most (default 1000).
+	// behind a prune wait for one small batch at most (default 1000). The
+	// loop rests between batches as long as the last one took.
 	Batch int
 	// DataDir holds sandboxes/<id>, removed when a deleted sandbox is
 	// dropped. Empty leaves directories alone.
 	DataDir string
 	Now     func() time.Time
 	Logger  *slog.Logger
+	// Observer is told what each pass removed, for metrics; nil observes
+	// nothing.
+	Observer Observer
+}
+
+// Observer is told what retention removed.
+type Observer interface {
+	Retained(pruned, compacted int)
 }
 
 // Defaults of Config.
@@ -90,8 +99,9 @@ type Loop struct {
 	wg     sync.WaitGroup
 
 	// pass serializes passes; tracks belongs to whoever holds it.
-	pass   sync.Mutex
-	tracks map[string]*track
+	pass      sync.Mutex
+	tracks    map[string]*track
+	lastBatch time.Duration // how long the last prune batch took to commit
 
 	mu      sync.Mutex
 	started bool
@@ -172,8 +182,8 @@ func (l *Loop) runLogged(ctx context.Context) {
 }
 
 // Alive reports whether a started loop is making progress: it has begun or
-// finished a pass, or finished a sandbox within a pass, in the last three
-// intervals. A pass stuck on the store shows up here.
+// finished a pass, a sandbox or a write batch in the last three intervals. A
+// pass stuck on the store shows up here; a long one does not.
 func (l *Loop) Alive() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -197,12 +207,14 @@ func (l *Loop) heartbeat() {
 // RunOnce runs one pass over every sandbox with now as the present: events
 // with ts before now-MaxAge are pruned. An error on one sandbox is reported
 // and the pass goes on with the next; the result counts what was done.
-func (l *Loop) RunOnce(ctx context.Context, now time.Time) (Result, error) {
+func (l *Loop) RunOnce(ctx context.Context, now time.Time) (total Result, _ error) {
 	l.pass.Lock()
 	defer l.pass.Unlock()
+	if l.cfg.Observer != nil {
+		defer func() { l.cfg.Observer.Retained(total.Pruned, total.Compacted) }()
+	}
 	l.heartbeat()
 	var (
-		total Result
 		errs  []error
 		seen  = map[string]bool{}
 		after string
@@ -218,7 +230,9 @@ func (l *Loop) RunOnce(ctx context.Context, now time.Time) (Result, error) {
 			res, err := l.sandbox(ctx, sb, now)
 			total.add(res)
 			total.Sandboxes++
-			if err != nil && !sandbox.IsType(err, sandbox.ENotFound) {
+			// A sandbox dropped meanwhile is no failure; neither is a prune
+			// this loop did not make, which the next pass counts afresh.
+			if err != nil && !sandbox.IsType(err, sandbox.ENotFound) && !sandbox.IsType(err, sandbox.ECursorPruned) {
 				errs = append(errs, fmt.Errorf("sandbox %s: %w", sb.ID, err))
 			}
 			if ctx.Err() != nil {

@@ -105,9 +105,9 @@ func (l *Loop) compact(ctx context.Context, sb sandbox.Sandbox, t *track) (int, 
 		mark = min(mark, ot.first-1)
 	}
 	removed := 0
-	for len(victims) > 0 {
+	for i := 0; len(victims) > 0; i++ {
 		n := min(len(victims), l.cfg.Batch)
-		r, err := l.cfg.Store.Compact(ctx, sb.ID, victims[:n])
+		r, err := l.paced(ctx, i, func() (int, error) { return l.cfg.Store.Compact(ctx, sb.ID, victims[:n]) })
 		removed += r
 		t.count -= r
 		if err != nil {
@@ -125,10 +125,10 @@ func (l *Loop) compact(ctx context.Context, sb sandbox.Sandbox, t *track) (int, 
 func (l *Loop) prune(ctx context.Context, sb sandbox.Sandbox, t *track, cutoff time.Time) (int, error) {
 	excess := t.count - l.cfg.MaxEvents
 	var (
-		through uint64
-		after   = uint64(sb.PrunedThrough)
-		seen    int
-		limit   = l.cfg.Batch
+		bounds []uint64 // the last id of every Batch records to remove
+		after  = uint64(sb.PrunedThrough)
+		seen   int
+		limit  = l.cfg.Batch
 	)
 	if excess <= 0 {
 		limit = 1 // usually the oldest event is young and one record says so
@@ -153,7 +153,11 @@ scan:
 					break scan
 				}
 			}
-			through = rec.ID
+			if (seen-1)%l.cfg.Batch == 0 {
+				bounds = append(bounds, rec.ID)
+			} else {
+				bounds[len(bounds)-1] = rec.ID
+			}
 		}
 		if len(recs) < limit {
 			break
@@ -161,17 +165,41 @@ scan:
 		after = recs[len(recs)-1].ID
 		limit = l.cfg.Batch
 	}
-	if through == 0 {
-		return 0, nil
+	removed := 0
+	for i, through := range bounds {
+		r, err := l.paced(ctx, i, func() (int, error) { return l.cfg.Store.Prune(ctx, sb.ID, through, l.cfg.Batch) })
+		removed += r
+		t.count -= r
+		if err != nil {
+			return removed, err
+		}
+		t.pruned = through
 	}
-	removed, err := l.cfg.Store.Prune(ctx, sb.ID, through, l.cfg.Batch)
-	t.count -= removed
-	if err != nil {
-		return removed, err
+	if removed > 0 {
+		l.log.Debug("pruned", "sandbox_id", sb.ID, "through", t.pruned, "removed", removed)
 	}
-	t.pruned = through
-	l.log.Debug("pruned", "sandbox_id", sb.ID, "through", through, "removed", removed)
 	return removed, nil
+}
+
+// paced runs the i-th write batch of a series. Before every batch but the
+// first it rests as long as the previous batch took, so appends get commits
+// of their own between batches instead of queueing behind the next one: a
+// long prune runs at about half speed, appends at about theirs.
+func (l *Loop) paced(ctx context.Context, i int, write func() (int, error)) (int, error) {
+	if i > 0 {
+		timer := time.NewTimer(l.lastBatch)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return 0, ctx.Err()
+		case <-timer.C:
+		}
+	}
+	start := time.Now()
+	n, err := write()
+	l.lastBatch = time.Since(start)
+	l.heartbeat()
+	return n, err
 }
 
 var tsField = []byte(`,"ts":"`)

@@ -109,8 +109,8 @@ const (
 	ReasonTurnCanceled = "turn_canceled"
 	ReasonAgentExited  = "agent_exited"
 
-	ApprovalPending  = "pending"
-	ApprovalDone     = "resolved"
+	ApprovalPending = "pending"
+	ApprovalDone    = "resolved"
 )
 
 // sandbox.error codes.

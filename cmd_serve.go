@@ -20,6 +20,7 @@ import (
 	"github.com/sparkles-dev/sparkles/metrics"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/server"
+	"github.com/sparkles-dev/sparkles/web"
 	"github.com/urfave/cli/v2"
 )
 
@@ -198,6 +199,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Metrics:   m.Metrics.Handler(),
 		Observer:  m.Metrics,
 		Ready:     m.ready,
+		Static:    web.Handler(),
 	})
 	l, err := m.Server.Listen(m.Addr)
 	if err != nil {
@@ -217,7 +219,7 @@ func (m *Main) Run(ctx context.Context) error {
 			m.Logger.Warn("listening beyond this machine: anyone who can reach this address and holds the token controls the agents", "addr", l.Addr().String())
 		}
 	}
-	m.Logger.Info("sparkles is serving", "url", "http://"+l.Addr().String(), "data_dir", m.DataDir)
+	m.Logger.Info("sparkles is serving", "console", "http://"+l.Addr().String()+"/", "api", "http://"+l.Addr().String()+"/v1", "data_dir", m.DataDir)
 	return nil
 }
 

@@ -1,0 +1,59 @@
+// api.js is the page's client of the Sparkles HTTP API: every call carries
+// the bearer token, and every error answer becomes an APIError.
+import { APIError } from "./sparkles-events.js";
+
+export class API {
+  #token;
+
+  // token is a function that returns the current bearer token.
+  constructor(token) {
+    this.#token = token;
+  }
+
+  async #call(method, path, body) {
+    const headers = { Accept: "application/json", Authorization: "Bearer " + this.#token() };
+    const init = { method, headers, cache: "no-store" };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    const resp = await fetch(path, init);
+    if (!resp.ok) {
+      throw await APIError.from(resp);
+    }
+    return resp.json();
+  }
+
+  listSandboxes({ after = "", limit = 100 } = {}) {
+    const q = new URLSearchParams({ limit: String(limit) });
+    if (after) {
+      q.set("after", after);
+    }
+    return this.#call("GET", `/v1/sandboxes?${q}`);
+  }
+
+  createSandbox(params = {}) {
+    return this.#call("POST", "/v1/sandboxes", params);
+  }
+
+  getSandbox(id) {
+    return this.#call("GET", `/v1/sandboxes/${encodeURIComponent(id)}`);
+  }
+
+  deleteSandbox(id) {
+    return this.#call("DELETE", `/v1/sandboxes/${encodeURIComponent(id)}`);
+  }
+
+  startTurn(id, input) {
+    return this.#call("POST", `/v1/sandboxes/${encodeURIComponent(id)}/turns`, { input });
+  }
+
+  cancelTurn(id, turnID) {
+    return this.#call("POST", `/v1/sandboxes/${encodeURIComponent(id)}/turns/${encodeURIComponent(turnID)}/cancel`);
+  }
+
+  // decide answers an approval with {decision: "approve"|"deny"} or {option_id}.
+  decide(id, approvalID, decision) {
+    return this.#call("POST", `/v1/sandboxes/${encodeURIComponent(id)}/approvals/${encodeURIComponent(approvalID)}`, decision);
+  }
+}

@@ -1,0 +1,396 @@
+package web_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"iter"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+
+	"github.com/sparkles-dev/sparkles/agent"
+	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/server"
+	"github.com/sparkles-dev/sparkles/web"
+)
+
+const testToken = "web-test-token"
+
+// sparkles is a real server for one browser test: a bbolt file in a
+// temporary directory, the demo agent, the API and the page, on a loopback
+// port that survives a restart.
+type sparkles struct {
+	t      testing.TB
+	dir    string
+	addr   string
+	URL    string
+	Client *client.Client
+
+	mu  sync.Mutex
+	run *running
+}
+
+type running struct {
+	store *boltstore.Store
+	coord *coordinator.Coordinator
+	srv   *server.Server
+	done  chan error
+}
+
+func startSparkles(t testing.TB) *sparkles {
+	t.Helper()
+	s := &sparkles{t: t, dir: t.TempDir(), addr: "127.0.0.1:0"}
+	s.start()
+	s.URL = "http://" + s.addr
+	s.Client = client.New(s.URL, testToken)
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *sparkles) start() {
+	s.t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	st, err := boltstore.Open(filepath.Join(s.dir, "sparkles.db"), boltstore.Options{Logger: log})
+	if err != nil {
+		s.t.Fatalf("open store: %v", err)
+	}
+	co, err := coordinator.New(coordinator.Config{
+		Store:        st,
+		DataDir:      s.dir,
+		Builtins:     map[string]coordinator.BuiltinAgent{"demo": agent.RunDemo},
+		DefaultAgent: "demo",
+		Logger:       log,
+	})
+	if err != nil {
+		st.Close()
+		s.t.Fatalf("start coordinator: %v", err)
+	}
+	if err := co.Recover(context.Background()); err != nil {
+		co.Close()
+		st.Close()
+		s.t.Fatalf("recover: %v", err)
+	}
+	srv := server.New(server.Config{Backend: co, Token: testToken, Logger: log, Static: web.Handler()})
+	l, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		co.Close()
+		st.Close()
+		s.t.Fatalf("listen on %s: %v", s.addr, err)
+	}
+	s.addr = l.Addr().String()
+	r := &running{store: st, coord: co, srv: srv, done: make(chan error, 1)}
+	go func() { r.done <- srv.Serve(l) }()
+	s.mu.Lock()
+	s.run = r
+	s.mu.Unlock()
+}
+
+// stop shuts the server down as serve does on a signal; the data stays.
+func (s *sparkles) stop() {
+	s.mu.Lock()
+	r := s.run
+	s.run = nil
+	s.mu.Unlock()
+	if r == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := errors.Join(r.srv.Shutdown(ctx), <-r.done, r.coord.Close(), r.store.Close()); err != nil {
+		s.t.Errorf("stop server: %v", err)
+	}
+}
+
+// restart starts a new server on the same database file and port.
+func (s *sparkles) restart() {
+	s.t.Helper()
+	s.stop()
+	s.start()
+}
+
+// chromiumPath finds Debian's chromium.
+func chromiumPath() (string, bool) {
+	for _, p := range []string{"/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, true
+		}
+	}
+	p, err := exec.LookPath("chromium")
+	return p, err == nil
+}
+
+// browser is one tab of the shared headless chromium, for one test.
+type browser struct {
+	t   *testing.T
+	ctx context.Context // the tab; no deadline, so it lives as long as the test
+
+	mu      sync.Mutex
+	console []chromedp.ConsoleMessage
+}
+
+// actionTimeout bounds each step of a test. The demo agent answers in
+// milliseconds; this only stops a broken page from hanging the test.
+const actionTimeout = 20 * time.Second
+
+// chromium is the one browser process of the test binary: starting one
+// takes seconds, a tab in a fresh browser context (its own storage and
+// cookies) takes milliseconds.
+var chromium struct {
+	once   sync.Once
+	ctx    context.Context
+	cancel func()
+	err    error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if chromium.cancel != nil {
+		chromium.cancel()
+	}
+	os.Exit(code)
+}
+
+func startChromium(path string) {
+	// Every flag that keeps chromium from reaching the network on its own.
+	// Without UserDataDir chromedp gives the browser a fresh profile
+	// directory and removes it afterwards.
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(path),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1200, 860),
+	)
+	ctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	chromium.cancel = func() {
+		cancelBrowser()
+		cancelAlloc()
+	}
+	chromium.ctx = ctx
+	chromium.err = chromedp.Do(ctx)
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	path, ok := chromiumPath()
+	if !ok {
+		const how = "chromium is not installed; install it with `apt-get install chromium` to run the browser tests"
+		if inCI() {
+			t.Fatal(how)
+		}
+		t.Skip(how)
+	}
+	chromium.once.Do(func() { startChromium(path) })
+	if chromium.err != nil {
+		t.Fatalf("start chromium: %v", chromium.err)
+	}
+	ctx, cancel := chromedp.NewContext(chromium.ctx, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	b := &browser{t: t, ctx: ctx}
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("open a tab: %v", err)
+	}
+	go b.collectConsole(chromedp.Console(ctx))
+	// Runs before the tab closes (cleanups run last first).
+	t.Cleanup(b.onFailure)
+	return b
+}
+
+func (b *browser) collectConsole(messages iter.Seq2[chromedp.ConsoleMessage, error]) {
+	for m, err := range messages {
+		if err != nil {
+			return
+		}
+		b.mu.Lock()
+		b.console = append(b.console, m)
+		b.mu.Unlock()
+	}
+}
+
+// noConsoleErrors fails the test if the page logged an error or threw:
+// a CSP violation, an exception in a handler, a failed request.
+func (b *browser) noConsoleErrors() {
+	b.t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, m := range b.console {
+		if m.Type == chromedp.ConsoleError || m.IsException() {
+			b.t.Fatalf("the page logged an error: %s", m)
+		}
+	}
+}
+
+// onFailure keeps a screenshot of a failed test where it outlives the
+// test (t.TempDir does not), and shows the page's console.
+func (b *browser) onFailure() {
+	if !b.t.Failed() {
+		return
+	}
+	b.mu.Lock()
+	for _, m := range b.console {
+		b.t.Logf("browser console: %s", m)
+	}
+	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	if err != nil {
+		b.t.Logf("no screenshot: %v", err)
+		return
+	}
+	dir := artifactDir(b.t)
+	if dir == "" {
+		return
+	}
+	path := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(b.t.Name())+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Logf("no screenshot: %v", err)
+		return
+	}
+	b.t.Logf("screenshot of the failed page: %s", path)
+}
+
+// artifactDir is where files outlive the test: go test -artifacts keeps
+// t.ArtifactDir; otherwise a new temporary directory that nobody removes.
+func artifactDir(t *testing.T) string {
+	if f := flag.Lookup("test.artifacts"); f != nil && f.Value.String() == "true" {
+		return t.ArtifactDir()
+	}
+	dir, err := os.MkdirTemp("", "sparkles-web-")
+	if err != nil {
+		t.Logf("no directory for artifacts: %v", err)
+		return ""
+	}
+	return dir
+}
+
+// do runs actions, each bounded by actionTimeout, and fails the test on
+// the first error, naming what it waited for.
+func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// until waits for a JavaScript condition to hold in the page.
+func (b *browser) until(what, js string) {
+	b.t.Helper()
+	b.do(what, chromedp.Poll[chromedp.Void](js,
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(actionTimeout)))
+}
+
+// eval returns the value of a JavaScript expression.
+func eval[T any](b *browser, js string) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
+	if err != nil {
+		b.t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
+}
+
+// colorScheme makes the page see prefers-color-scheme as scheme.
+func (b *browser) colorScheme(scheme string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+	defer cancel()
+	_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}},
+	})
+	if err != nil {
+		b.t.Fatalf("emulate %s: %v", scheme, err)
+	}
+}
+
+// screenshot returns a PNG of the whole page.
+func (b *browser) screenshot() []byte {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot: %v", err)
+	}
+	return png
+}
+
+// ---- the page, as a user drives it ----
+
+// openSandbox loads the console with the token in the address, as serve
+// prints it, and opens a sandbox from the list.
+func (b *browser) openSandbox(s *sparkles, id string) {
+	b.t.Helper()
+	b.do("load the console", chromedp.Navigate(s.URL+"/#token="+testToken))
+	link := chromedp.CSS(fmt.Sprintf(`#sandbox-list a[href="#/sandboxes/%s"]`, id))
+	b.do("open the sandbox from the list", chromedp.WaitVisible(link), chromedp.Click(link))
+	b.waitLive()
+}
+
+func (b *browser) waitLive() {
+	b.t.Helper()
+	b.do("the stream is live", chromedp.WaitVisible(chromedp.CSS(`#connection[data-state="live"]`)))
+}
+
+// prompt types text into the prompt box and presses Enter.
+func (b *browser) prompt(text string) {
+	b.t.Helper()
+	b.do("send a prompt",
+		chromedp.WaitEnabled(chromedp.ID("send")),
+		chromedp.SendKeys(chromedp.ID("prompt"), text+"\n"),
+	)
+}
+
+// jsString quotes s for JavaScript source.
+func jsString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`, "\n", `\n`).Replace(s) + "'"
+}
+
+// lastTurn is a JavaScript expression for the last turn's section.
+const lastTurn = `[...document.querySelectorAll('#transcript .turn')].at(-1)`
+
+// answerHas is a condition: the last turn's answer contains text.
+func answerHas(text string) string {
+	return fmt.Sprintf(`(%s?.querySelector('.answer')?.textContent ?? '').includes(%s)`, lastTurn, jsString(text))
+}
+
+// turnStatus is a condition: the last turn has the status.
+func turnStatus(status string) string {
+	return fmt.Sprintf(`%s?.dataset.status === %s`, lastTurn, jsString(status))
+}
+
+// viewJS describes what the transcript shows, for comparing two views.
+const viewJS = `JSON.stringify([...document.querySelectorAll('#transcript .turn')].map(t => ({
+	id: t.dataset.turnId,
+	status: t.dataset.status,
+	prompt: t.querySelector('.prompt-text').textContent,
+	reasoning: [...t.querySelectorAll('.reasoning .part')].map(p => p.textContent),
+	answer: [...t.querySelectorAll('.answer .part')].map(p => p.textContent),
+	tools: [...t.querySelectorAll('.tool')].map(x => x.dataset.status + ' ' + x.querySelector('.tool-title').textContent),
+	approvals: [...t.querySelectorAll('.approval')].map(a => a.dataset.approvalId + ' ' + a.querySelector('.approval-title').textContent
+		+ ' ' + [...a.querySelectorAll('button')].map(b => b.textContent).join('/')),
+})))`

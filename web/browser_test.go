@@ -1,0 +1,256 @@
+package web_test
+
+// The console in a real browser: headless chromium driven with chromedp
+// against a real server with the demo agent. Without chromium these tests
+// skip, or fail when CI=true.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+func createSandbox(t *testing.T, s *sparkles) string {
+	t.Helper()
+	sb, err := s.Client.CreateSandbox(context.Background(), client.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatalf("create sandbox: %v", err)
+	}
+	return sb.ID
+}
+
+func TestBrowserPrompt(t *testing.T) {
+	b := newBrowser(t)
+	s := startSparkles(t)
+
+	// Sign in through the token form, as a user without the printed URL.
+	b.do("load the console", chromedp.Navigate(s.URL+"/"))
+	b.do("enter the token",
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), testToken+"\n"),
+		chromedp.WaitVisible(chromedp.ID("new-sandbox")),
+	)
+	if got, want := eval[string](b, `sessionStorage.getItem('sparkles.token')`), testToken; got != want {
+		t.Fatalf("stored token = %q, want %q", got, want)
+	}
+
+	b.do("create a sandbox", chromedp.Click(chromedp.ID("new-sandbox")))
+	b.waitLive()
+	id := eval[string](b, `decodeURIComponent(location.hash.split('/').at(-1))`)
+	b.until("the new sandbox is listed and ready",
+		fmt.Sprintf(`document.querySelector('#sandbox-list [data-sandbox-id="%s"]')?.dataset.status === 'ready'`, id))
+
+	b.prompt("read README.md and summarize it")
+	b.until("the streamed answer", answerHas("That is all from the demo agent."))
+	b.until("the turn succeeds", turnStatus("succeeded"))
+	b.until("the prompt is shown", fmt.Sprintf(`%s.querySelector('.prompt-text').textContent === 'read README.md and summarize it'`, lastTurn))
+	b.until("the reasoning is collapsed", fmt.Sprintf(`(() => { const r = %s.querySelector('details.reasoning');
+		return r && !r.hidden && !r.open && r.textContent.includes('Planning the reply.'); })()`, lastTurn))
+	b.until("the read tool's card", fmt.Sprintf(`[...%s.querySelectorAll('.tool')].some(c =>
+		c.querySelector('.tool-title').textContent === 'Read README.md' && ['completed', 'failed'].includes(c.dataset.status))`, lastTurn))
+
+	// The log agrees with what the page shows.
+	page, err := s.Client.Events(context.Background(), id, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer string
+	for _, ev := range page.Events {
+		if m, ok := ev.Data.(*sandbox.MessageCompleted); ok {
+			answer = m.Text
+		}
+	}
+	if got := eval[string](b, lastTurn+`.querySelector('.answer .parts').textContent`); got != answer {
+		t.Fatalf("the page shows the answer %q, the log has %q", got, answer)
+	}
+	b.noConsoleErrors()
+}
+
+func TestBrowserApproveInPage(t *testing.T) {
+	b := newBrowser(t)
+	s := startSparkles(t)
+	b.openSandbox(s, createSandbox(t, s))
+
+	b.prompt("please write notes.txt")
+	approve := chromedp.CSS(`.approval button.approve`)
+	b.do("the approval card", chromedp.WaitVisible(approve))
+	if got, want := eval[string](b, `document.querySelector('.approval .approval-title').textContent`), "Write notes.txt"; got != want {
+		t.Fatalf("approval title = %q, want %q", got, want)
+	}
+	b.do("approve in the page", chromedp.Click(approve), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
+	b.until("the write tool completes", fmt.Sprintf(`[...%s.querySelectorAll('.tool')].some(c =>
+		c.querySelector('.tool-title').textContent === 'Write notes.txt' && c.dataset.status === 'completed')`, lastTurn))
+	b.until("the answer says so", answerHas("I wrote notes.txt."))
+	b.until("the turn succeeds", turnStatus("succeeded"))
+}
+
+func TestBrowserApprovedElsewhere(t *testing.T) {
+	ctx := context.Background()
+	b := newBrowser(t)
+	s := startSparkles(t)
+	id := createSandbox(t, s)
+	b.openSandbox(s, id)
+
+	// The turn starts from the API, not the page: the page shows it all the
+	// same, and its approval card goes when the API answers the approval.
+	stream := s.Client.Stream(ctx, id, client.StreamOptions{})
+	defer stream.Close()
+	if _, err := s.Client.StartTurn(ctx, id, "write notes.txt"); err != nil {
+		t.Fatal(err)
+	}
+	var approvalID string
+	for m, err := range stream.Events() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, ok := m.Event.Data.(*sandbox.ApprovalRequested); ok {
+			approvalID = a.ApprovalID
+			break
+		}
+	}
+	card := chromedp.CSS(fmt.Sprintf(`.approval[data-approval-id="%s"]`, approvalID))
+	b.do("the approval card", chromedp.WaitVisible(card))
+
+	if _, err := s.Client.Decide(ctx, id, approvalID, client.Approve); err != nil {
+		t.Fatal(err)
+	}
+	b.do("the card goes", chromedp.WaitNotPresent(card))
+	b.until("the turn succeeds", turnStatus("succeeded"))
+	b.until("the answer says so", answerHas("I wrote notes.txt."))
+}
+
+func TestBrowserReloadMidTurn(t *testing.T) {
+	b := newBrowser(t)
+	s := startSparkles(t)
+	b.openSandbox(s, createSandbox(t, s))
+
+	// The turn waits on the approval: it stays open across the reload.
+	b.prompt("write notes.txt")
+	b.do("the approval card", chromedp.WaitVisible(chromedp.CSS(".approval button.approve")))
+	b.until("the read tool's card", fmt.Sprintf(`%s.querySelectorAll('.tool').length === 2`, lastTurn))
+	before := eval[string](b, viewJS)
+
+	b.do("reload", chromedp.Reload())
+	b.waitLive()
+	b.do("the approval card is back", chromedp.WaitVisible(chromedp.CSS(".approval button.approve")))
+	if after := eval[string](b, viewJS); after != before {
+		t.Fatalf("the view changed across the reload:\nbefore %s\nafter  %s", before, after)
+	}
+	if got, want := eval[bool](b, `document.getElementById('cancel-turn').disabled`), false; got != want {
+		t.Fatalf("cancel disabled = %v, want %v while the turn runs", got, want)
+	}
+
+	b.do("deny in the page", chromedp.Click(chromedp.CSS(".approval button.deny")), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
+	b.until("the answer says so", answerHas("You did not let me write notes.txt."))
+	b.until("the turn succeeds", turnStatus("succeeded"))
+	b.noConsoleErrors()
+}
+
+func TestBrowserCancel(t *testing.T) {
+	b := newBrowser(t)
+	s := startSparkles(t)
+	b.openSandbox(s, createSandbox(t, s))
+
+	b.prompt("hang")
+	b.until("the first chunk", answerHas("Working on it..."))
+	b.do("reload", chromedp.Reload())
+	b.waitLive()
+	b.until("the chunk is back", answerHas("Working on it..."))
+	b.until("the turn runs", turnStatus("running"))
+	b.do("cancel the turn", chromedp.WaitEnabled(chromedp.ID("cancel-turn")), chromedp.Click(chromedp.ID("cancel-turn")))
+	b.until("the turn is canceled", turnStatus("canceled"))
+	b.do("the prompt box is free again", chromedp.WaitEnabled(chromedp.ID("send")))
+}
+
+func TestBrowserServerRestart(t *testing.T) {
+	b := newBrowser(t)
+	s := startSparkles(t)
+	b.openSandbox(s, createSandbox(t, s))
+
+	b.prompt("hang")
+	b.until("the first chunk", answerHas("Working on it..."))
+
+	s.stop()
+	b.do("the page notices", chromedp.WaitVisible(chromedp.CSS(`#connection[data-state="reconnecting"]`)))
+	s.restart()
+	b.waitLive()
+
+	// The open turn was closed by the shutdown or the restart; the page
+	// catches up on how, and the sandbox takes the next prompt.
+	b.until("the hung turn ends", fmt.Sprintf(`['failed', 'canceled'].includes(%s?.dataset.status)`, lastTurn))
+	b.prompt("hello again")
+	b.until("the next turn's answer", answerHas(`You asked: "hello again".`))
+	b.until("the next turn succeeds", turnStatus("succeeded"))
+	if got, want := eval[int](b, `document.querySelectorAll('#transcript .turn').length`), 2; got != want {
+		t.Fatalf("turns shown = %d, want %d", got, want)
+	}
+}
+
+func TestBrowserKeyboard(t *testing.T) {
+	b := newBrowser(t)
+	s := startSparkles(t)
+	b.openSandbox(s, createSandbox(t, s))
+
+	b.prompt("write notes.txt")
+	b.do("the approval card", chromedp.WaitVisible(chromedp.CSS(".approval button.approve")))
+
+	// Every control has a name a screen reader can say.
+	unnamed := eval[[]string](b, `[...document.querySelectorAll('button, input, textarea, a[href], summary')]
+		.filter(e => e.checkVisibility())
+		.filter(e => !(e.getAttribute('aria-label') || e.labels?.[0]?.textContent || e.textContent).trim())
+		.map(e => e.outerHTML)`)
+	if len(unnamed) > 0 {
+		t.Fatalf("controls without a name: %v", unnamed)
+	}
+
+	// From the prompt box, Shift+Tab walks back to the approval's buttons;
+	// Enter answers it.
+	b.do("back from the prompt to Deny and Approve",
+		chromedp.Focus(chromedp.ID("prompt")),
+		chromedp.KeyEvent(kb.Tab, chromedp.KeyModifiers(chromedp.ModifierShift)),
+		chromedp.KeyEvent(kb.Tab, chromedp.KeyModifiers(chromedp.ModifierShift)),
+	)
+	if got, want := eval[string](b, `document.activeElement.getAttribute('aria-label')`), "Approve: Write notes.txt"; got != want {
+		t.Fatalf("focused control = %q, want %q", got, want)
+	}
+	b.do("press Enter", chromedp.KeyEvent(kb.Enter), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
+	b.until("the turn succeeds", turnStatus("succeeded"))
+	b.until("the answer says so", answerHas("I wrote notes.txt."))
+}
+
+// TestBrowserScreenshots saves the page mid-turn in light and dark to the
+// directory SPARKLES_WEB_SCREENSHOTS names, for a person to look at.
+func TestBrowserScreenshots(t *testing.T) {
+	dir := os.Getenv("SPARKLES_WEB_SCREENSHOTS")
+	if dir == "" {
+		t.Skip("set SPARKLES_WEB_SCREENSHOTS to a directory to save screenshots of the page")
+	}
+	b := newBrowser(t)
+	s := startSparkles(t)
+	id := createSandbox(t, s)
+	if _, err := s.Client.StartTurn(context.Background(), id, "read README.md and summarize it"); err != nil {
+		t.Fatal(err)
+	}
+	createSandbox(t, s)
+	b.do("a tall window", chromedp.EmulateViewport(1280, 1150))
+	b.openSandbox(s, id)
+	b.until("the first turn", turnStatus("succeeded"))
+	b.prompt("now write notes.txt please")
+	b.do("the approval card", chromedp.WaitVisible(chromedp.CSS(".approval button.approve")))
+	for _, scheme := range []string{"light", "dark"} {
+		b.colorScheme(scheme)
+		path := filepath.Join(dir, "sparkles-"+scheme+".png")
+		if err := os.WriteFile(path, b.screenshot(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("saved %s", path)
+	}
+}

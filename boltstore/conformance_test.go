@@ -1,0 +1,42 @@
+package boltstore_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/storetest"
+)
+
+var _ storetest.Store = (*boltstore.Store)(nil)
+
+// TestConformance runs the stores' shared suite on a fresh file per test;
+// reopening closes the file and opens it again, as a restart does.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) (storetest.Store, func() storetest.Store) {
+		path := filepath.Join(t.TempDir(), "sparkles.db")
+		open := func() *boltstore.Store {
+			s, err := boltstore.Open(path, boltstore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		cur := open()
+		t.Cleanup(func() {
+			if err := cur.Check(); err != nil {
+				t.Errorf("check %s: %v", path, err)
+			}
+			if err := cur.Close(); err != nil {
+				t.Errorf("close %s: %v", path, err)
+			}
+		})
+		return cur, func() storetest.Store {
+			if err := cur.Close(); err != nil {
+				t.Fatal(err)
+			}
+			cur = open()
+			return cur
+		}
+	})
+}

@@ -1,0 +1,330 @@
+package natsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// Prune removes every event of sandbox id with an id <= through and
+// advances pruned_through (to the highest id removed, never backwards) and
+// oldest_event_id. The watermarks are stored first and the events purged
+// after: readers start after pruned_through, so from the moment it moves
+// nothing at or below it is served, and a process that dies in between
+// leaves only unreachable events, which the next prune removes.
+//
+// batch is accepted for the retention loop's interface and not needed:
+// JetStream purges a range of a subject as one operation on the server,
+// with no transaction for appends to queue behind.
+func (s *Store) Prune(ctx context.Context, id string, through uint64, batch int) (removed int, err error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	e, err := s.lookup(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	for attempt := 1; ; attempt++ {
+		st, rev, tip, err := s.loadForWrite(ctx, e)
+		if err != nil {
+			return 0, err
+		}
+		pruned := uint64(st.Sandbox.PrunedThrough)
+		upTo := min(through, uint64(st.Sandbox.LastEventID))
+		if upTo <= pruned {
+			return 0, nil
+		}
+		high, err := s.lastSeq(ctx, s.subject(id), upTo)
+		if err != nil {
+			return 0, fmt.Errorf("prune %s: %w", id, err)
+		}
+		if high <= pruned {
+			return 0, nil // nothing retained up to there (compacted away)
+		}
+		oldest, err := s.firstAfter(ctx, id, high, uint64(st.Sandbox.LastEventID))
+		if err != nil {
+			return 0, fmt.Errorf("prune %s: %w", id, err)
+		}
+		work := cloneState(st)
+		work.Sandbox.PrunedThrough, work.Sandbox.OldestEventID = sandbox.Seq(high), sandbox.Seq(oldest)
+		newRev, err := s.commit(ctx, id, work, rev, changes{})
+		if isConflict(err) && attempt < maxConflicts {
+			s.invalidate(e)
+			backoff(ctx, attempt)
+			continue
+		}
+		if err != nil {
+			s.invalidate(e)
+			return 0, fmt.Errorf("prune %s: %w", id, err)
+		}
+		s.observe(id, work.Sandbox, work, newRev)
+		n, err := s.purge(ctx, s.streamName, s.subject(id), high+1)
+		if err != nil {
+			s.invalidate(e)
+			return 0, fmt.Errorf("prune %s: %w", id, err)
+		}
+		if high >= tip {
+			tip = 0 // the subject is empty now
+		}
+		s.setTip(e, newRev, tip)
+		return int(n), nil
+	}
+}
+
+// firstAfter returns the id of the first retained event of sandbox id after
+// seq and up to last, 0 if there is none.
+func (s *Store) firstAfter(ctx context.Context, id string, seq, last uint64) (uint64, error) {
+	if seq >= last {
+		return 0, nil
+	}
+	msgs, err := s.getBatch(ctx, s.subject(id), seq+1, 1, 0)
+	if err != nil || len(msgs) == 0 {
+		return 0, err
+	}
+	first, err := msgSeq(msgs[0])
+	if err != nil || first > last {
+		return 0, err
+	}
+	return first, nil
+}
+
+// Compact deletes the given events from anywhere in the log of sandbox id
+// (superseded message snapshots of finished turns). Ids that are not in its
+// log are skipped: each is checked to be an event of this sandbox before it
+// is deleted, since the stream is shared by all of them. pruned_through
+// does not move; oldest_event_id does when the first retained event goes.
+func (s *Store) Compact(ctx context.Context, id string, ids []uint64) (removed int, err error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	e, err := s.lookup(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	marks := s.marks(e)
+	subject := s.subject(id)
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	var first bool
+	for _, seq := range ids {
+		if seq <= uint64(marks.PrunedThrough) || seq > uint64(marks.LastEventID) {
+			continue
+		}
+		msg, err := s.getMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return removed, fmt.Errorf("compact %s: %w", id, err)
+		}
+		if msg.Subject != subject {
+			continue
+		}
+		if err := s.stream.DeleteMsg(ctx, seq); err != nil {
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			return removed, fmt.Errorf("compact %s: delete %d: %w", id, seq, err)
+		}
+		removed++
+		first = first || seq == uint64(marks.OldestEventID)
+		s.mu.Lock()
+		if e.tip == seq {
+			e.tipOK = false // the subject's last message is another one now
+		}
+		s.mu.Unlock()
+	}
+	if !first {
+		return removed, nil
+	}
+	// The first retained event went: oldest_event_id moves to the next.
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	for attempt := 1; ; attempt++ {
+		st, rev, _, err := s.loadForWrite(ctx, e)
+		if err != nil {
+			return removed, err
+		}
+		oldest, err := s.firstAfter(ctx, id, uint64(st.Sandbox.PrunedThrough), uint64(st.Sandbox.LastEventID))
+		if err != nil {
+			return removed, fmt.Errorf("compact %s: %w", id, err)
+		}
+		if oldest == uint64(st.Sandbox.OldestEventID) {
+			return removed, nil
+		}
+		work := cloneState(st)
+		work.Sandbox.OldestEventID = sandbox.Seq(oldest)
+		newRev, err := s.commit(ctx, id, work, rev, changes{})
+		if isConflict(err) && attempt < maxConflicts {
+			s.invalidate(e)
+			backoff(ctx, attempt)
+			continue
+		}
+		if err != nil {
+			s.invalidate(e)
+			return removed, fmt.Errorf("compact %s: %w", id, err)
+		}
+		s.observe(id, work.Sandbox, work, newRev)
+		return removed, nil
+	}
+}
+
+func (s *Store) getMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	return s.stream.GetMsg(ctx, seq)
+}
+
+// Drop removes a sandbox whole: its log, turns, approvals, config and
+// state. The state goes last, so a drop cut short leaves the sandbox listed
+// and the next Drop finishes it.
+func (s *Store) Drop(ctx context.Context, id string) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	e, err := s.lookup(ctx, id)
+	if err != nil {
+		return err
+	}
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	if _, err := s.purge(ctx, s.streamName, s.subject(id), 0); err != nil {
+		return fmt.Errorf("drop %s: %w", id, err)
+	}
+	for _, prefix := range []string{"turn.", "appr."} {
+		if _, err := s.purge(ctx, s.kvStream, s.kvPrefix+prefix+id+".>", 0); err != nil {
+			return fmt.Errorf("drop %s: %w", id, err)
+		}
+	}
+	if err := s.kv.Purge(ctx, configKey(id)); err != nil {
+		return fmt.Errorf("drop %s: config: %w", id, err)
+	}
+	s.mu.Lock()
+	rev := e.rev
+	s.mu.Unlock()
+	if err := s.kv.Purge(ctx, stateKey(id)); err != nil {
+		return fmt.Errorf("drop %s: state: %w", id, err)
+	}
+	s.forget(id, rev)
+	return nil
+}
+
+// Stats describes the stream and every sandbox's log.
+type Stats struct {
+	Messages  uint64 // messages in the stream, of every sandbox
+	Bytes     uint64 // bytes the stream holds
+	Sandboxes []SandboxStats
+}
+
+// SandboxStats describes one sandbox's log.
+type SandboxStats struct {
+	ID            string
+	Status        string
+	Events        int // messages in its subject (retained events)
+	OldestEventID uint64
+	LastEventID   uint64
+	PrunedThrough uint64
+}
+
+// Stats reads the stream's per-subject counts in one request (paged by
+// the client for many subjects) and every sandbox's watermarks from memory.
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	if err := s.enter(); err != nil {
+		return Stats{}, err
+	}
+	defer s.leave()
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(s.subjectPrefix+".*"))
+	if err != nil {
+		return Stats{}, fmt.Errorf("stream %s: %w", s.streamName, err)
+	}
+	st := Stats{Messages: info.State.Msgs, Bytes: info.State.Bytes}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range s.ids {
+		sb := s.sandboxes[id].sb
+		st.Sandboxes = append(st.Sandboxes, SandboxStats{
+			ID:            id,
+			Status:        sb.Status,
+			Events:        int(info.State.Subjects[s.subject(id)]),
+			OldestEventID: uint64(sb.OldestEventID),
+			LastEventID:   uint64(sb.LastEventID),
+			PrunedThrough: uint64(sb.PrunedThrough),
+		})
+	}
+	return st, nil
+}
+
+// Check compares every sandbox's state in the bucket with its log in the
+// stream: no event beyond last_event_id (an append left half done), the
+// first retained event after pruned_through and equal to oldest_event_id,
+// and a stored config. It returns every problem found, joined. Events at
+// or below pruned_through that a prune cut short left behind are no
+// problem: no reader reaches them and the next prune removes them.
+func (s *Store) Check() error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	var errs []error
+	keys, err := s.kv.ListKeysFiltered(ctx, "state.*")
+	if err != nil {
+		return fmt.Errorf("list states: %w", err)
+	}
+	for key := range keys.Keys() {
+		id, _ := cutKey(key, "state.")
+		kve, err := s.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // dropped meanwhile
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
+			continue
+		}
+		st, err := decodeState(kve.Value())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
+			continue
+		}
+		if err := s.checkOne(ctx, id, st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Store) checkOne(ctx context.Context, id string, st *sandbox.State) error {
+	m := st.Marks()
+	if _, err := s.kv.Get(ctx, configKey(id)); err != nil {
+		return fmt.Errorf("sandbox %s: config: %w", id, err)
+	}
+	tip, err := s.lastSeq(ctx, s.subject(id), 0)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if tip > uint64(m.LastEventID) {
+		return fmt.Errorf("sandbox %s: event %d in the stream beyond last_event_id %d", id, tip, m.LastEventID)
+	}
+	oldest, err := s.firstAfter(ctx, id, uint64(m.PrunedThrough), uint64(m.LastEventID))
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if oldest != uint64(m.OldestEventID) {
+		return fmt.Errorf("sandbox %s: first retained event is %d, oldest_event_id says %d", id, oldest, m.OldestEventID)
+	}
+	return nil
+}

@@ -43,6 +43,7 @@ func newServeCommand() *cli.Command {
 			&cli.IntFlag{Name: "retention-max-events", Value: retention.DefaultMaxEvents, EnvVars: []string{"SPARKLES_RETENTION_MAX_EVENTS"}, Usage: "keep at most this many events per sandbox"},
 			&cli.DurationFlag{Name: "retention-interval", Value: retention.DefaultInterval, EnvVars: []string{"SPARKLES_RETENTION_INTERVAL"}, Usage: "time between retention passes"},
 			&cli.IntFlag{Name: "retention-batch", Value: retention.DefaultBatch, EnvVars: []string{"SPARKLES_RETENTION_BATCH"}, Usage: "deletes per retention write transaction"},
+			&cli.StringSliceFlag{Name: "cors-origin", EnvVars: []string{"SPARKLES_CORS_ORIGINS"}, Usage: "a browser origin (scheme://host[:port]) whose pages may call the API (repeatable; env var comma-separated); none by default"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SPARKLES_LOG_FORMAT"}, Usage: "text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SPARKLES_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 		},
@@ -77,6 +78,7 @@ func newServeCommand() *cli.Command {
 				TurnTimeout:     c.Duration("turn-timeout"),
 				ApprovalTimeout: c.Duration("approval-timeout"),
 				FlushInterval:   c.Duration("flush-interval"),
+				CORSOrigins:     c.StringSlice("cors-origin"),
 				Retention: retention.Config{
 					MaxAge:    c.Duration("retention-max-age"),
 					MaxEvents: c.Int("retention-max-events"),
@@ -136,6 +138,7 @@ type Main struct {
 	TurnTimeout     time.Duration
 	ApprovalTimeout time.Duration
 	FlushInterval   time.Duration
+	CORSOrigins     []string
 	Retention       retention.Config // Store, DataDir, Logger and Observer are set by Run
 	Logger          *slog.Logger
 
@@ -192,14 +195,15 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Retainer = retention.New(rc)
 	m.Retainer.Start()
 	m.Server = server.New(server.Config{
-		Backend:   co,
-		Token:     token,
-		Keepalive: m.Keepalive,
-		Logger:    m.Logger,
-		Metrics:   m.Metrics.Handler(),
-		Observer:  m.Metrics,
-		Ready:     m.ready,
-		Static:    web.Handler(),
+		Backend:     co,
+		CORSOrigins: m.CORSOrigins,
+		Token:       token,
+		Keepalive:   m.Keepalive,
+		Logger:      m.Logger,
+		Metrics:     m.Metrics.Handler(),
+		Observer:    m.Metrics,
+		Ready:       m.ready,
+		Static:      web.Handler(),
 	})
 	l, err := m.Server.Listen(m.Addr)
 	if err != nil {

@@ -23,6 +23,12 @@ const (
 
 	defaultStopGrace = 2 * time.Second
 
+	// defaultStallTimeout bounds how long a write to the agent may make no
+	// progress at all. Small messages fit the pipe and never wait; only an
+	// agent that has left a full pipe unread this long is waited on, and it
+	// is stopped rather than left to hold every caller that writes to it.
+	defaultStallTimeout = 30 * time.Second
+
 	// inboxSize is small on purpose: a slow consumer must throttle the agent
 	// through its stdout pipe rather than let updates pile up here.
 	inboxSize = 64
@@ -56,6 +62,10 @@ type Config struct {
 	// StopGrace is how long the agent gets to exit on its own after its
 	// stdin is closed before its process group is killed; 0 means 2s.
 	StopGrace time.Duration
+
+	// StallTimeout is how long a write to the agent's stdin may make no
+	// progress before the agent is stopped as broken; 0 means 30s.
+	StallTimeout time.Duration
 }
 
 // Kind tells what an Inbound value carries.
@@ -104,6 +114,7 @@ type Conn struct {
 	stdout  *os.File
 	files   *fsRoot
 	grace   time.Duration
+	stall   time.Duration
 	maxLine int
 
 	wmu sync.Mutex // one JSON object per line: writes must not interleave
@@ -126,6 +137,7 @@ type Conn struct {
 	workers sync.WaitGroup
 	sem     chan struct{}
 	invalid atomic.Int64
+	stalled atomic.Bool // the agent left a write unread past the stall timeout
 	reading atomic.Bool // the read loop is blocked reading the agent's output
 }
 
@@ -192,6 +204,10 @@ func spawn(cfg Config, log *slog.Logger, dir, path string, files *fsRoot) (*Conn
 	if grace <= 0 {
 		grace = defaultStopGrace
 	}
+	stall := cfg.StallTimeout
+	if stall <= 0 {
+		stall = defaultStallTimeout
+	}
 	maxLine := cfg.MaxLine
 	if maxLine <= 0 {
 		maxLine = DefaultMaxLine
@@ -232,6 +248,7 @@ func spawn(cfg Config, log *slog.Logger, dir, path string, files *fsRoot) (*Conn
 		stdout:     stdoutR,
 		files:      files,
 		grace:      grace,
+		stall:      stall,
 		maxLine:    maxLine,
 		pending:    make(map[int64]*call),
 		inbox:      make(chan Inbound, inboxSize),
@@ -500,9 +517,25 @@ func (c *Conn) write(v any) error {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if _, err := c.stdin.Write(b); err != nil {
-		c.log.Debug("write to agent", "err", err)
-		return errNotRunning
+	for len(b) > 0 {
+		// The deadline moves with every byte the agent takes, so a slow
+		// reader is waited for and only one that takes nothing is not.
+		// A pipe without deadlines (not pollable) just blocks.
+		_ = c.stdin.SetWriteDeadline(time.Now().Add(c.stall))
+		n, err := c.stdin.Write(b)
+		b = b[n:]
+		switch {
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded) && n > 0:
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			c.log.Warn("agent has not read its input for too long; stopping it", "stall", c.stall)
+			c.stalled.Store(true)
+			c.proc.kill()
+			return errNotRunning
+		default:
+			c.log.Debug("write to agent", "err", err)
+			return errNotRunning
+		}
 	}
 	return nil
 }

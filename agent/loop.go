@@ -112,6 +112,9 @@ func (c *Conn) endReason(readErr error, exit *ExitError) error {
 	if errors.As(readErr, &protoErr) {
 		return protoErr
 	}
+	if c.stalled.Load() {
+		return &ProtocolError{msg: fmt.Sprintf("agent did not read its input for %s", c.stall)}
+	}
 	return exit
 }
 

@@ -127,11 +127,15 @@ func (b *box) run(ctx context.Context) {
 		case fn := <-b.cmds:
 			fn()
 		case in, ok := <-inbox:
-			if !ok {
-				b.agentGone(nil, false)
-				break
+			if ok && in.Kind == agent.Update {
+				in, ok = b.updates(in, inbox)
 			}
-			b.inbound(in)
+			switch {
+			case !ok:
+				b.agentGone(nil, false)
+			case in.Kind != 0:
+				b.inbound(in)
+			}
 		case res := <-b.bootDone:
 			b.booted(res)
 		case <-b.flush.C:
@@ -147,6 +151,32 @@ func (b *box) run(ctx context.Context) {
 		}
 		b.armFlush()
 	}
+}
+
+// maxUpdateRun bounds how many waiting session updates one append takes.
+const maxUpdateRun = 1024
+
+// updates translates first and the session updates already waiting behind
+// it, and appends their events in one write. An agent that sends faster than
+// the disk syncs then costs one sync per run of updates, not one per chunk,
+// and chunks that arrived while the last write synced coalesce as they
+// should. It returns the first waiting value that is not an update (Kind 0
+// when there is none) and ok false when the inbox closed.
+func (b *box) updates(first agent.Inbound, inbox <-chan agent.Inbound) (next agent.Inbound, ok bool) {
+	evs := b.tr.Update(first.Params)
+	defer func() { b.emit(evs) }()
+	for range maxUpdateRun {
+		select {
+		case in, ok := <-inbox:
+			if !ok || in.Kind != agent.Update {
+				return in, ok
+			}
+			evs = append(evs, b.tr.Update(in.Params)...)
+		default:
+			return agent.Inbound{}, true
+		}
+	}
+	return agent.Inbound{}, true
 }
 
 func (b *box) log() *slog.Logger { return b.c.log.With("sandbox_id", b.id) }

@@ -31,7 +31,9 @@ func (b *box) startTurn(input string) (sandbox.Turn, error) {
 	t := &turnRun{
 		turn: sandbox.Turn{
 			ID: sandbox.NewID(sandbox.PrefixTurn), Object: "turn", SandboxID: b.id,
-			Status: sandbox.TurnQueued, Input: sandbox.TextInput(input), CreatedAt: b.c.now(),
+			// The resource shows the input as its turn.started will; the
+			// agent alone gets it as it was sent.
+			Status: sandbox.TurnQueued, Input: b.tr.RedactInput(sandbox.TextInput(input)), CreatedAt: b.c.now(),
 		},
 		text: input,
 	}
@@ -246,7 +248,7 @@ func (b *box) turnTimedOut() {
 	}
 	msg := fmt.Sprintf("the turn ran longer than %s and was stopped", b.c.cfg.TurnTimeout)
 	if b.conn != nil {
-		b.conn.Cancel()
+		go b.conn.Cancel() // stopped next: see shutdown
 	}
 	b.stopAgent()
 	evs := b.tr.Error(sandbox.ErrTurnTimeout, msg)
@@ -367,7 +369,10 @@ func (b *box) remove() {
 	var evs []*sandbox.Event
 	if b.turn != nil {
 		if b.conn != nil && b.turn.running {
-			b.conn.Cancel()
+			// The agent is stopped right after; the cancel is a courtesy
+			// that an agent no longer reading its input must not turn
+			// into a wait. Stopping it unblocks the write.
+			go b.conn.Cancel()
 		}
 		evs = b.endTurn(translate.TurnResult{Canceled: true})
 	}
@@ -381,7 +386,10 @@ func (b *box) shutdown() {
 	var evs []*sandbox.Event
 	if b.turn != nil {
 		if b.conn != nil && b.turn.running {
-			b.conn.Cancel()
+			// The agent is stopped right after; the cancel is a courtesy
+			// that an agent no longer reading its input must not turn
+			// into a wait. Stopping it unblocks the write.
+			go b.conn.Cancel()
 		}
 		evs = b.endTurn(translate.TurnResult{Canceled: true})
 	}

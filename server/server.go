@@ -64,6 +64,10 @@ type Config struct {
 	Ready func() error
 	// Observer is told about streams, for metrics; nil observes nothing.
 	Observer Observer
+	// CORSOrigins are the browser origins (scheme://host[:port]) allowed
+	// to call the API from their pages; see cors.go. Empty sends no CORS
+	// header at all.
+	CORSOrigins []string
 }
 
 // Observer is told what the streams do.
@@ -86,6 +90,7 @@ type Server struct {
 	b      Backend
 	log    *slog.Logger
 	router *httprouter.Router
+	cors   corsPolicy
 	// routes are the /v1 routes as registered, kept so that tests can walk
 	// every one of them.
 	routes []route
@@ -121,7 +126,7 @@ func New(cfg Config) *Server {
 		cfg.Observer = nopObserver{}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, b: cfg.Backend, log: cfg.Logger, ctx: ctx, cancel: cancel}
+	s := &Server{cfg: cfg, b: cfg.Backend, log: cfg.Logger, ctx: ctx, cancel: cancel, cors: newCORSPolicy(cfg.CORSOrigins)}
 	s.router = s.newRouter()
 	s.httpSrv = &http.Server{
 		Handler: s,
@@ -274,9 +279,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// behind; until this answer's first write sets its own, there is none.
 	_ = rw.rc.SetWriteDeadline(time.Time{})
 
-	if s.cfg.Static != nil && !routerPath(r.URL.Path) {
+	switch {
+	case s.cors.handle(rw, r): // a preflight, answered
+	case s.cfg.Static != nil && !routerPath(r.URL.Path):
 		s.cfg.Static.ServeHTTP(rw, r)
-	} else {
+	default:
 		s.router.ServeHTTP(rw, r)
 	}
 

@@ -294,6 +294,18 @@ func (t *Translator) drop(key string) {
 	t.stats.Dropped[key]++
 }
 
+// RedactInput returns a turn's input as turn.started shows it. The turn
+// resource answered before and while the turn runs must show no more than
+// its events do. It counts nothing: StartTurn counts the same text once.
+func (t *Translator) RedactInput(input []sandbox.Input) []sandbox.Input {
+	out := make([]sandbox.Input, 0, len(input))
+	for _, x := range input {
+		text, _ := t.red.String(x.Text)
+		out = append(out, sandbox.Input{Type: x.Type, Text: text})
+	}
+	return out
+}
+
 // redact redacts a whole string that leaves and counts what it replaced.
 func (t *Translator) redact(s string) string {
 	out, n := t.red.String(s)

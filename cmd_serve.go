@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/coordinator"
 	"github.com/sparkles-dev/sparkles/metrics"
+	"github.com/sparkles-dev/sparkles/natsstore"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/server"
 	"github.com/sparkles-dev/sparkles/web"
@@ -31,6 +33,9 @@ func newServeCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:7410", EnvVars: []string{"SPARKLES_ADDR"}, Usage: "listen address"},
 			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), EnvVars: []string{"SPARKLES_DATA_DIR"}, Usage: "where the database, the token file and sandbox directories live"},
+			&cli.StringFlag{Name: "store", EnvVars: []string{"SPARKLES_STORE"}, Usage: "event store: empty for the bbolt file in --data-dir, or nats://HOST:PORT for NATS JetStream shared by several coordinators"},
+			&cli.StringFlag{Name: "node-id", EnvVars: []string{"SPARKLES_NODE_ID"}, Usage: "this coordinator's name among those sharing a NATS store: letters, digits, - and _ (default: host name and process id)"},
+			&cli.DurationFlag{Name: "lease-ttl", Value: natsstore.DefaultLeaseTTL, EnvVars: []string{"SPARKLES_LEASE_TTL"}, Usage: "with a NATS store: how long after a coordinator stops renewing its leases another one takes its sandboxes over"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"SPARKLES_TOKEN"}, Usage: "bearer token of the API (default: generated once, kept in <data-dir>/token)"},
 			&cli.DurationFlag{Name: "keepalive", Value: 15 * time.Second, EnvVars: []string{"SPARKLES_KEEPALIVE"}, Usage: "SSE ping interval while a stream is idle"},
 			&cli.StringSliceFlag{Name: "agent", EnvVars: []string{"SPARKLES_AGENT"}, Usage: "register an ACP agent as NAME=COMMAND (repeatable); the built-in demo agent is always there as \"demo\""},
@@ -70,6 +75,9 @@ func newServeCommand() *cli.Command {
 			m := &Main{
 				Addr:            c.String("addr"),
 				DataDir:         c.String("data-dir"),
+				StoreURL:        c.String("store"),
+				NodeID:          c.String("node-id"),
+				LeaseTTL:        c.Duration("lease-ttl"),
 				Token:           c.String("token"),
 				Keepalive:       c.Duration("keepalive"),
 				Agents:          agents,
@@ -125,11 +133,32 @@ func defaultDataDir() string {
 	return "sparkles-data"
 }
 
+// Store is what serve needs of an event store: what the coordinator and the
+// retention loop use, and the consistency check. The bbolt file and NATS
+// JetStream both provide it.
+type Store interface {
+	coordinator.Store
+	retention.Store
+	Check() error
+}
+
+var (
+	_ Store = (*boltstore.Store)(nil)
+	_ Store = (*natsstore.Store)(nil)
+)
+
 // Main is the running server: the store, the coordinator and the HTTP server,
 // wired as plain fields so tests can build one too.
 type Main struct {
-	Addr            string
-	DataDir         string
+	Addr    string
+	DataDir string
+	// StoreURL chooses the store: empty for the bbolt file in DataDir,
+	// nats://HOST:PORT for NATS JetStream, shared with the other
+	// coordinators on it (NodeID names this one among them; LeaseTTL is
+	// how long its sandboxes stay its own after it stops renewing).
+	StoreURL        string
+	NodeID          string
+	LeaseTTL        time.Duration
 	Token           string
 	Keepalive       time.Duration
 	Agents          map[string][]string
@@ -143,7 +172,8 @@ type Main struct {
 	Logger          *slog.Logger
 
 	Metrics     *metrics.Metrics
-	Store       *boltstore.Store
+	Store       Store
+	Cluster     *natsstore.Cluster // with a NATS store only
 	Retainer    *retention.Loop
 	Coordinator *coordinator.Coordinator
 	Server      *server.Server
@@ -165,12 +195,15 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.Metrics = metrics.New()
-	dbPath := filepath.Join(m.DataDir, "sparkles.db")
-	st, err := boltstore.Open(dbPath, boltstore.Options{Timeout: time.Second, Logger: m.Logger})
+	st, where, err := m.openStore(ctx)
 	if err != nil {
 		return err
 	}
 	m.Store = st
+	var cluster coordinator.Cluster
+	if m.Cluster != nil {
+		cluster = m.Cluster
+	}
 	co, err := coordinator.New(coordinator.Config{
 		Store:           st,
 		DataDir:         m.DataDir,
@@ -182,13 +215,14 @@ func (m *Main) Run(ctx context.Context) error {
 		FlushInterval:   m.FlushInterval,
 		Logger:          m.Logger,
 		Observer:        m.Metrics,
+		Cluster:         cluster,
 	})
 	if err != nil {
 		return err
 	}
 	m.Coordinator = co
 	if err := co.Recover(ctx); err != nil {
-		return fmt.Errorf("recovering sandboxes from %s: %w", dbPath, err)
+		return fmt.Errorf("recovering sandboxes from %s: %w", where, err)
 	}
 	rc := m.Retention
 	rc.Store, rc.DataDir, rc.Logger, rc.Observer = st, m.DataDir, m.Logger, m.Metrics
@@ -227,8 +261,46 @@ func (m *Main) Run(ctx context.Context) error {
 	return nil
 }
 
+// openStore opens the store StoreURL names and, on NATS, joins the cluster
+// of coordinators sharing it. where names the store for messages.
+func (m *Main) openStore(ctx context.Context) (st Store, where string, err error) {
+	if m.StoreURL == "" {
+		where = filepath.Join(m.DataDir, "sparkles.db")
+		bs, err := boltstore.Open(where, boltstore.Options{Timeout: time.Second, Logger: m.Logger})
+		if err != nil {
+			return nil, "", err
+		}
+		return bs, where, nil
+	}
+	u, err := url.Parse(m.StoreURL)
+	if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+		return nil, "", fmt.Errorf("--store %q: want nats://HOST:PORT (or tls://HOST:PORT), or nothing for the bbolt file in --data-dir", m.StoreURL)
+	}
+	where = u.Redacted()
+	if m.NodeID == "" {
+		m.NodeID = natsstore.DefaultNodeName()
+	}
+	ns, err := natsstore.Open(ctx, m.StoreURL, natsstore.Options{Logger: m.Logger})
+	if err != nil {
+		return nil, "", fmt.Errorf("cannot open the NATS store at %s (%w); is nats-server running with JetStream (-js)?", where, err)
+	}
+	cl, err := ns.JoinCluster(ctx, natsstore.ClusterOptions{Node: m.NodeID, LeaseTTL: m.LeaseTTL, Logger: m.Logger})
+	if err != nil {
+		ns.Close()
+		if errors.Is(err, natsstore.ErrNodeInUse) {
+			return nil, "", fmt.Errorf("node id %q is taken by a live coordinator on %s; pass another --node-id (if it was this node's last run, its registration expires within --lease-ttl)", m.NodeID, where)
+		}
+		return nil, "", fmt.Errorf("cannot join the coordinators on %s: %w", where, err)
+	}
+	m.Cluster = cl
+	m.Logger.Info("sharing the NATS store with other coordinators", "store", where, "node", cl.Node(), "lease_ttl", cl.TTL())
+	return ns, where, nil
+}
+
 // Close shuts down in order: streams end and HTTP stops, running turns are
 // completed and agents stopped, then the store commits what is queued and closes.
+// With a NATS store, this node's leases go after its turns are settled, so
+// another node can take its sandboxes at once.
 func (m *Main) Close() error {
 	var errs []error
 	if m.Server != nil {
@@ -239,6 +311,9 @@ func (m *Main) Close() error {
 	if m.Coordinator != nil {
 		errs = append(errs, m.Coordinator.Close())
 	}
+	if m.Cluster != nil {
+		errs = append(errs, m.Cluster.Close())
+	}
 	if m.Retainer != nil {
 		errs = append(errs, m.Retainer.Close())
 	}
@@ -248,13 +323,17 @@ func (m *Main) Close() error {
 	return errors.Join(errs...)
 }
 
-// ready is what /readyz asks: the store answers and retention runs.
+// ready is what /readyz asks: the store answers, retention runs, and with a
+// NATS store this node's leases hold.
 func (m *Main) ready() error {
 	if _, _, err := m.Store.Sandboxes(context.Background(), "", 1); err != nil {
 		return fmt.Errorf("the database does not answer: %w", err)
 	}
 	if !m.Retainer.Alive() {
 		return errors.New("the retention loop is not running")
+	}
+	if m.Cluster != nil {
+		return m.Cluster.Ready()
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -13,29 +14,78 @@ type Decision struct {
 	OptionID string `json:"option_id,omitempty"`
 }
 
-// withBox runs fn on the runtime of an existing sandbox.
-func (c *Coordinator) withBox(ctx context.Context, id string, fn func(b *box) error) error {
-	sb, err := c.store.Sandbox(ctx, id)
+// call runs an operation on the runtime of an existing sandbox: here, or
+// with a cluster on the node that holds the sandbox's lease. A deleted
+// sandbox has no runtime left to hold, so any node answers for it.
+func (c *Coordinator) call(ctx context.Context, call Call) (any, error) {
+	sb, err := c.store.Sandbox(ctx, call.SandboxID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !c.hasAgents() {
-		return sandbox.Errorf(sandbox.EConflict, "this server runs no agents")
+		return nil, sandbox.Errorf(sandbox.EConflict, "this server runs no agents")
 	}
-	b, err := c.box(id)
-	if err != nil {
-		return err
+	if c.cl != nil && sb.Status != sandbox.StatusDeleted {
+		return c.route(ctx, sb, call)
 	}
-	var ferr error
+	for {
+		b, err := c.box(sb.ID)
+		if err != nil {
+			return nil, err
+		}
+		v, err := c.exec(ctx, b, sb, call)
+		if !errors.Is(err, errMoved) {
+			return v, err
+		}
+		// The box was retired as the leases lapsed; a new one answers.
+	}
+}
+
+// exec runs call on b, this node's runtime of sb.
+func (c *Coordinator) exec(ctx context.Context, b *box, sb sandbox.Sandbox, call Call) (any, error) {
+	var (
+		v    any
+		ferr error
+	)
 	if err := b.do(ctx, func() {
+		if c.cl != nil && !c.current(b) {
+			ferr = errMoved // the lease lapsed since b was found
+			return
+		}
 		if sb.Status == sandbox.StatusDeleted {
 			b.deleted = true
 		}
-		ferr = fn(b)
+		switch call.Op {
+		case OpStartTurn:
+			v, ferr = b.startTurn(call.Input)
+		case OpCancelTurn:
+			v, ferr = b.cancel(call.TurnID)
+		case OpDecide:
+			if call.Decision == nil {
+				ferr = sandbox.Errorf(sandbox.EInvalidRequest, "a decision is required")
+				return
+			}
+			v, ferr = b.decide(call.ApprovalID, *call.Decision)
+		case OpDelete:
+			if !b.deleted {
+				b.remove()
+			}
+		default:
+			ferr = sandbox.Errorf(sandbox.EInvalidRequest, "unknown operation %q", call.Op)
+		}
 	}); err != nil {
-		return err
+		return nil, err
 	}
-	return ferr
+	if ferr != nil || call.Op != OpDelete {
+		return v, ferr
+	}
+	if c.cl != nil {
+		// Nothing runs for a deleted sandbox: its lease is of no more use.
+		if err := c.cl.Release(ctx, sb.ID); err != nil {
+			c.log.Warn("cluster: release of a deleted sandbox", "sandbox_id", sb.ID, "err", err)
+		}
+	}
+	return c.store.Sandbox(ctx, sb.ID)
 }
 
 // DeleteSandbox stops a sandbox's agent, cancels its running turn and marks it
@@ -52,16 +102,7 @@ func (c *Coordinator) DeleteSandbox(ctx context.Context, id string) (sandbox.San
 		}
 		return c.store.Sandbox(ctx, id)
 	}
-	err := c.withBox(ctx, id, func(b *box) error {
-		if !b.deleted {
-			b.remove()
-		}
-		return nil
-	})
-	if err != nil {
-		return sandbox.Sandbox{}, err
-	}
-	return c.store.Sandbox(ctx, id)
+	return callAs[sandbox.Sandbox](ctx, c, Call{Op: OpDelete, SandboxID: id})
 }
 
 // StartTurn accepts a prompt as a new turn. It runs at once when the agent is
@@ -70,27 +111,23 @@ func (c *Coordinator) StartTurn(ctx context.Context, id, input string) (sandbox.
 	if input == "" {
 		return sandbox.Turn{}, sandbox.Errorf(sandbox.EInvalidRequest, "input must be a non-empty string")
 	}
-	var t sandbox.Turn
-	err := c.withBox(ctx, id, func(b *box) (err error) {
-		t, err = b.startTurn(input)
-		return err
-	})
-	return t, err
+	return callAs[sandbox.Turn](ctx, c, Call{Op: OpStartTurn, SandboxID: id, Input: input})
 }
 
-// Turn returns a turn of a sandbox, queued ones included.
+// Turn returns a turn of a sandbox, queued ones included. Any node
+// answers: a turn queued on another node is in the sandbox's current_turn
+// until it starts.
 func (c *Coordinator) Turn(ctx context.Context, id, turnID string) (sandbox.Turn, error) {
 	if _, err := c.store.Sandbox(ctx, id); err != nil {
 		return sandbox.Turn{}, err
 	}
-	if c.hasAgents() {
+	if b := c.existingBox(id); b != nil {
 		var t *sandbox.Turn
-		err := c.withBox(ctx, id, func(b *box) error {
+		err := b.do(ctx, func() {
 			if b.turn != nil && b.turn.turn.ID == turnID {
 				cp := b.turn.turn
 				t = &cp
 			}
-			return nil
 		})
 		if err != nil {
 			return sandbox.Turn{}, err
@@ -99,27 +136,24 @@ func (c *Coordinator) Turn(ctx context.Context, id, turnID string) (sandbox.Turn
 			return *t, nil
 		}
 	}
-	return c.store.Turn(ctx, id, turnID)
+	t, err := c.store.Turn(ctx, id, turnID)
+	if !sandbox.IsType(err, sandbox.ENotFound) || c.cl == nil {
+		return t, err
+	}
+	if sb, serr := c.store.Sandbox(ctx, id); serr == nil && sb.CurrentTurn != nil && sb.CurrentTurn.ID == turnID {
+		return *sb.CurrentTurn, nil
+	}
+	return t, err
 }
 
 // CancelTurn cancels a turn: the agent gets session/cancel, pending approvals
 // are canceled, and the turn completes as canceled when the agent answers (or
 // after a grace period without it).
 func (c *Coordinator) CancelTurn(ctx context.Context, id, turnID string) (sandbox.Turn, error) {
-	var t sandbox.Turn
-	err := c.withBox(ctx, id, func(b *box) (err error) {
-		t, err = b.cancel(turnID)
-		return err
-	})
-	return t, err
+	return callAs[sandbox.Turn](ctx, c, Call{Op: OpCancelTurn, SandboxID: id, TurnID: turnID})
 }
 
 // Decide resolves a pending approval with the user's decision.
 func (c *Coordinator) Decide(ctx context.Context, id, approvalID string, d Decision) (sandbox.Approval, error) {
-	var a sandbox.Approval
-	err := c.withBox(ctx, id, func(b *box) (err error) {
-		a, err = b.decide(approvalID, d)
-		return err
-	})
-	return a, err
+	return callAs[sandbox.Approval](ctx, c, Call{Op: OpDecide, SandboxID: id, ApprovalID: approvalID, Decision: &d})
 }

@@ -40,6 +40,12 @@ type Config struct {
 	Logger   *slog.Logger
 	Now      func() time.Time
 	Observer Observer // metrics; nil observes nothing
+
+	// Cluster, when set, shares the store with other coordinators: each
+	// sandbox's agent runs on the node holding its lease, and calls posted
+	// to another node are forwarded there (see cluster.go). Nil runs every
+	// sandbox here, as the only coordinator of its store.
+	Cluster Cluster
 }
 
 // Observer is told what the coordinator does, for metrics.
@@ -76,6 +82,8 @@ type Coordinator struct {
 
 	mu    sync.Mutex
 	boxes map[string]*box
+
+	cl *clusterRun // nil without a cluster
 }
 
 // CreateParams is the body of a create request.
@@ -128,7 +136,15 @@ func New(cfg Config) (*Coordinator, error) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Coordinator{cfg: cfg, store: cfg.Store, log: cfg.Logger, ctx: ctx, cancel: cancel, boxes: map[string]*box{}}, nil
+	c := &Coordinator{cfg: cfg, store: cfg.Store, log: cfg.Logger, ctx: ctx, cancel: cancel, boxes: map[string]*box{}}
+	// Without agents there are no runtimes to place, so no node owns anything.
+	if cfg.Cluster != nil && c.hasAgents() {
+		if err := c.startCluster(cfg.Cluster); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // now is the coordinator clock in UTC at the millisecond precision of the contract.
@@ -206,13 +222,27 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
+	var epoch uint64
+	if c.cl != nil {
+		if epoch, err = c.claimNew(ctx, sb.ID); err != nil {
+			return sandbox.Sandbox{}, err
+		}
+	}
 	if err := c.store.Create(ctx, sb, cfgJSON); err != nil {
+		if c.cl != nil {
+			_ = c.cl.Release(context.WithoutCancel(ctx), sb.ID)
+		}
 		return sandbox.Sandbox{}, err
 	}
 	if c.hasAgents() {
 		b, err := c.box(sb.ID)
 		if err != nil {
 			return sandbox.Sandbox{}, err
+		}
+		if c.cl != nil && !c.held(b, epoch) {
+			// The node's leases lapsed meanwhile: whoever takes the new
+			// sandbox over settles it, and its next turn boots the agent.
+			return c.store.Sandbox(ctx, sb.ID)
 		}
 		if err := b.do(ctx, b.boot); err != nil {
 			return sandbox.Sandbox{}, err
@@ -264,8 +294,12 @@ func (c *Coordinator) AppendEvents(ctx context.Context, id string, events ...*sa
 }
 
 // Close stops every sandbox runtime: running turns are completed as
-// canceled and agents are stopped. The store stays open; its owner closes it.
+// canceled and agents are stopped. The store stays open; its owner closes it,
+// as does the owner of a Cluster (which then lets go of this node's leases).
 func (c *Coordinator) Close() error {
+	if c.cl != nil {
+		c.cl.stopServe()
+	}
 	c.cancel()
 	c.wg.Wait()
 	return nil

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -13,7 +14,14 @@ import (
 // coordinator_restarted, its pending approvals are resolved as failed, and
 // sandboxes whose agent was running are marked stopped (the agent boots again
 // with the next turn). Call it once, before serving.
+//
+// With a cluster, the sandboxes of other live nodes are theirs: only those
+// whose node went away (this node's earlier run among them) are settled,
+// as the sweep does.
 func (c *Coordinator) Recover(ctx context.Context) error {
+	if c.cl != nil {
+		return c.sweep(ctx)
+	}
 	after := ""
 	for {
 		list, more, err := c.store.Sandboxes(ctx, after, 100)
@@ -22,7 +30,7 @@ func (c *Coordinator) Recover(ctx context.Context) error {
 		}
 		for _, sb := range list {
 			after = sb.ID
-			if err := c.recoverOne(ctx, sb.ID); err != nil {
+			if err := c.recoverOne(ctx, sb.ID, serverRestarted); err != nil {
 				return fmt.Errorf("sandbox %s: %w", sb.ID, err)
 			}
 		}
@@ -32,7 +40,34 @@ func (c *Coordinator) Recover(ctx context.Context) error {
 	}
 }
 
-func (c *Coordinator) recoverOne(ctx context.Context, id string) error {
+// settleReason is what the log says about the turns a recovery ends and
+// the agent that is gone.
+type settleReason struct {
+	turn   string // the message of the sandbox.error and of turn.completed
+	status string // the detail of the sandbox's stopped status
+}
+
+var serverRestarted = settleReason{
+	turn:   "the server restarted while this turn was open",
+	status: "the server restarted; the agent starts again with the next turn",
+}
+
+// errStateMoved aborts a recovery whose state changed after it was read.
+var errStateMoved = errors.New("the sandbox's state changed during recovery")
+
+// recoverOne settles one sandbox. It reads the state, then appends what
+// closes it on the condition that nothing was written in between; if
+// something was (another node settling the same sandbox), it looks again.
+func (c *Coordinator) recoverOne(ctx context.Context, id string, why settleReason) error {
+	for attempt := 1; ; attempt++ {
+		err := c.recoverOnce(ctx, id, why)
+		if !errors.Is(err, errStateMoved) || attempt == 3 {
+			return err
+		}
+	}
+}
+
+func (c *Coordinator) recoverOnce(ctx context.Context, id string, why settleReason) error {
 	st, err := c.store.State(ctx, id)
 	if err != nil {
 		return err
@@ -42,7 +77,7 @@ func (c *Coordinator) recoverOne(ctx context.Context, id string) error {
 	add := func(typ sandbox.Type, turnID string, data any) {
 		evs = append(evs, &sandbox.Event{Type: typ, TS: now, SandboxID: id, TurnID: turnID, Data: data})
 	}
-	const msg = "the server restarted while this turn was open"
+	msg := why.turn
 	cur := st.Sandbox.CurrentTurn
 	if cur != nil {
 		if cur.Status == sandbox.TurnQueued {
@@ -79,14 +114,18 @@ func (c *Coordinator) recoverOne(ctx context.Context, id string) error {
 	status, detail := st.Sandbox.Status, st.Sandbox.StatusDetail
 	switch status {
 	case sandbox.StatusCreating, sandbox.StatusBooting, sandbox.StatusReady:
-		status, detail = sandbox.StatusStopped, "the server restarted; the agent starts again with the next turn"
+		status, detail = sandbox.StatusStopped, why.status
 	case sandbox.StatusStopping:
 		status, detail = sandbox.StatusDeleted, "deleted by request"
 	}
 	if len(evs) == 0 && status == st.Sandbox.Status {
 		return nil
 	}
+	seen := st.Sandbox
 	err = c.store.Append(ctx, id, evs, func(st *sandbox.State) error {
+		if got := st.Sandbox; got.LastEventID != seen.LastEventID || got.Status != seen.Status || turnID != currentTurnID(got) {
+			return errStateMoved
+		}
 		st.Sandbox.Status, st.Sandbox.StatusDetail = status, detail
 		st.Sandbox.UpdatedAt = now
 		return nil
@@ -103,6 +142,13 @@ func (c *Coordinator) recoverOne(ctx context.Context, id string) error {
 		}
 	}
 	return nil
+}
+
+func currentTurnID(sb sandbox.Sandbox) string {
+	if sb.CurrentTurn == nil {
+		return ""
+	}
+	return sb.CurrentTurn.ID
 }
 
 // completedMessages groups the latest part snapshots of a turn into messages,

@@ -1,0 +1,421 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// Cluster lets several coordinators share one store. Any node answers reads
+// from the store; a sandbox's agent runs on the one node that holds the
+// sandbox's lease, and the calls that drive it (turns, cancels, decisions,
+// deletes) are forwarded there. natsstore implements it on NATS.
+//
+// Leases belong to the node: they hold while the node renews them (Renew,
+// at least every TTL/3) and lapse together when it stops, so a node that
+// died, hung or lost its connection gives up every sandbox at once and
+// another node can take them over.
+type Cluster interface {
+	// Node is this node's name, unique among the live nodes.
+	Node() string
+	// TTL is how long a lease outlives its node's last renewal.
+	TTL() time.Duration
+	// Renew extends this node's leases. until is the local time they
+	// surely hold until (also on a transient error, the last such time).
+	// After they lapsed it returns ErrLeaseLost, once: the node must stop
+	// acting for every sandbox it held, without writing, because another
+	// node may take them over. The next call starts a new set of leases.
+	Renew(ctx context.Context) (until time.Time, err error)
+	// Claim takes the lease of a sandbox for this node when it is free or
+	// its holder's leases have lapsed, and returns the holder after the
+	// attempt. Taken reports that this call took it, so the caller settles
+	// what a previous holder left open.
+	Claim(ctx context.Context, sandboxID string) (Claim, error)
+	// Release gives up this node's lease of a sandbox, if it holds it.
+	Release(ctx context.Context, sandboxID string) error
+	// Forward asks node to run call and returns its reply. A node that does
+	// not listen at all fails with an error wrapping ErrUnreachable, which
+	// means the call was not run.
+	Forward(ctx context.Context, node string, call Call) (Reply, error)
+	// Serve answers the calls forwarded to this node with handle, each on
+	// its own goroutine, until stop, which waits for those in progress.
+	Serve(handle func(ctx context.Context, call Call) Reply) (stop func(), err error)
+}
+
+// Claim is the outcome of Cluster.Claim.
+type Claim struct {
+	Owner string // the node that holds the lease after the attempt
+	Taken bool   // this call took the lease (it was free or had lapsed)
+}
+
+var (
+	// ErrLeaseLost is returned by Cluster.Renew once this node's leases lapsed.
+	ErrLeaseLost = errors.New("this node's leases lapsed before they could be renewed")
+	// ErrUnreachable is wrapped by Cluster.Forward when no node listens.
+	ErrUnreachable = errors.New("the node does not answer")
+)
+
+// Operations a node forwards to the holder of a sandbox's lease.
+const (
+	OpStartTurn  = "start_turn"
+	OpCancelTurn = "cancel_turn"
+	OpDecide     = "decide"
+	OpDelete     = "delete"
+)
+
+// Call is one operation on a sandbox's runtime, as one node forwards it to
+// another.
+type Call struct {
+	// ID names the call across retries: a node that is asked again with
+	// the same ID (its first answer was lost or late) answers once and
+	// gives every attempt that answer, so a retry never runs it twice.
+	ID         string    `json:"id,omitempty"`
+	Op         string    `json:"op"`
+	SandboxID  string    `json:"sandbox_id"`
+	TurnID     string    `json:"turn_id,omitempty"`
+	ApprovalID string    `json:"approval_id,omitempty"`
+	Input      string    `json:"input,omitempty"`
+	Decision   *Decision `json:"decision,omitempty"`
+	// From is the node that forwarded the call. A forwarded call is never
+	// forwarded again: a lease that moved meanwhile costs the sender a
+	// retry, never a loop between nodes.
+	From string `json:"from,omitempty"`
+}
+
+// Reply is a node's answer to a Call: the resource as JSON, or the error.
+type Reply struct {
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *ReplyError     `json:"error,omitempty"`
+	// Moved says the node asked does not hold the sandbox's lease (any
+	// more); the sender looks up the holder again.
+	Moved bool `json:"moved,omitempty"`
+}
+
+// ReplyError is an error of a forwarded call. Type is the public type of
+// SPEC §5, answered to the client as the holder would have; it is empty for
+// an internal failure, whose detail in Message is for the sender's log.
+type ReplyError struct {
+	Type    string `json:"type,omitempty"`
+	Message string `json:"message"`
+}
+
+// nodeLost is what the log says when a sandbox's node went away.
+var nodeLost = settleReason{
+	turn:   "the coordinator running this sandbox's agent stopped while this turn was open",
+	status: "the coordinator running the agent stopped; the agent starts again with the next turn",
+}
+
+// errMoved is a call that reached a node which does not hold the lease.
+var errMoved = errors.New("the sandbox's lease is held elsewhere")
+
+// clusterRun is a coordinator's side of a cluster.
+type clusterRun struct {
+	Cluster
+	node      string
+	stopServe func()
+	locks     idLocks
+
+	mu    sync.Mutex
+	epoch uint64                 // counts lapses; a box made in an older epoch holds no lease
+	calls map[string]*servedCall // forwarded calls by ID, answered or in progress
+}
+
+// servedCall is a forwarded call this node runs or ran.
+type servedCall struct {
+	done     chan struct{}
+	rep      Reply
+	finished time.Time
+}
+
+// keepAnswers is how long a node remembers the answer of a forwarded call,
+// for a retry of it.
+const keepAnswers = 5 * time.Minute
+
+func (r *clusterRun) currentEpoch() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.epoch
+}
+
+// startCluster serves forwarded calls and starts the lease and sweep loops.
+func (c *Coordinator) startCluster(cl Cluster) error {
+	r := &clusterRun{Cluster: cl, node: cl.Node(), calls: map[string]*servedCall{}}
+	stop, err := cl.Serve(c.serveCall)
+	if err != nil {
+		return fmt.Errorf("serve forwarded calls: %w", err)
+	}
+	r.stopServe = stop
+	c.cl = r
+	c.loop(c.leaseLoop)
+	c.loop(c.sweepLoop)
+	return nil
+}
+
+// loop runs fn in the background until Close.
+func (c *Coordinator) loop(fn func(ctx context.Context)) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		fn(c.ctx)
+	}()
+}
+
+// claim makes sure of a sandbox's lease: it returns this node's box when
+// this node holds it (taking it over and settling what the last holder
+// left open if it was free or lapsed), or the node that holds it. With
+// makeBox false it only takes over and settles.
+func (c *Coordinator) claim(ctx context.Context, id string, makeBox bool) (*box, string, error) {
+	unlock := c.cl.locks.lock(id)
+	defer unlock()
+	if b := c.existingBox(id); b != nil {
+		return b, c.cl.node, nil
+	}
+	epoch := c.cl.currentEpoch()
+	cl, err := c.cl.Claim(ctx, id)
+	if err != nil {
+		return nil, "", err
+	}
+	if cl.Owner != c.cl.node {
+		return nil, cl.Owner, nil
+	}
+	if cl.Taken {
+		c.log.Info("cluster: took over sandbox", "node", c.cl.node, "sandbox_id", id)
+		if err := c.recoverOne(ctx, id, nodeLost); err != nil {
+			// Let go, so that whoever claims it next settles it.
+			if rerr := c.cl.Release(context.WithoutCancel(ctx), id); rerr != nil {
+				c.log.Warn("cluster: release after a failed settle", "sandbox_id", id, "err", rerr)
+			}
+			return nil, "", fmt.Errorf("settle sandbox %s: %w", id, err)
+		}
+	}
+	if !makeBox {
+		return nil, c.cl.node, nil
+	}
+	b, err := c.box(id)
+	if err != nil {
+		return nil, "", err
+	}
+	if !c.held(b, epoch) {
+		return nil, "", errMoved // the leases lapsed while this one was claimed
+	}
+	return b, c.cl.node, nil
+}
+
+// route runs call where the sandbox's lease is: here (taking it if it is
+// free or lapsed) or on its holder. A holder that does not answer is asked
+// again (a node that died with the call in flight never answers) until it
+// does or its lease lapses and this node takes over.
+func (c *Coordinator) route(ctx context.Context, sb sandbox.Sandbox, call Call) (any, error) {
+	ttl := c.cl.TTL()
+	giveUp := time.Now().Add(2*ttl + 30*time.Second)
+	attempt := max(ttl, time.Second)
+	pause := min(max(ttl/8, 10*time.Millisecond), time.Second)
+	if call.ID == "" {
+		call.ID = sandbox.NewID("call_")
+	}
+	for {
+		b, owner, err := c.claim(ctx, sb.ID, true)
+		switch {
+		case errors.Is(err, errMoved):
+		case err != nil:
+			return nil, err
+		case b != nil:
+			v, err := c.exec(ctx, b, sb, call)
+			if !errors.Is(err, errMoved) {
+				return v, err
+			}
+		case call.From != "":
+			return nil, errMoved
+		default:
+			fwd := call
+			fwd.From = c.cl.node
+			actx, cancel := context.WithTimeout(ctx, attempt)
+			rep, err := c.cl.Forward(actx, owner, fwd)
+			cancel()
+			switch {
+			case ctx.Err() != nil:
+				return nil, ctx.Err()
+			case errors.Is(err, ErrUnreachable), errors.Is(err, context.DeadlineExceeded):
+				c.log.Debug("cluster: holder does not answer", "sandbox_id", sb.ID, "node", owner, "err", err)
+			case err != nil:
+				return nil, fmt.Errorf("forward %s to node %s: %w", call.Op, owner, err)
+			case !rep.Moved:
+				return rep.result(owner)
+			}
+		}
+		if time.Now().After(giveUp) {
+			if owner != "" {
+				return nil, sandbox.Errorf(sandbox.EConflict,
+					"the node running this sandbox's agent (%s) does not answer; try again in %s", owner, ttl)
+			}
+			return nil, sandbox.Errorf(sandbox.EConflict, "the sandbox's runtime is moving between nodes; try again")
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// serveCall answers a call forwarded by another node, once per call ID.
+func (c *Coordinator) serveCall(ctx context.Context, call Call) Reply {
+	if c.ctx.Err() != nil || call.From == "" {
+		return Reply{Moved: true}
+	}
+	if call.ID == "" {
+		return c.runCall(ctx, call)
+	}
+	r := c.cl
+	now := time.Now()
+	r.mu.Lock()
+	sc, again := r.calls[call.ID]
+	if !again {
+		for id, old := range r.calls {
+			if !old.finished.IsZero() && now.Sub(old.finished) > keepAnswers {
+				delete(r.calls, id)
+			}
+		}
+		sc = &servedCall{done: make(chan struct{})}
+		r.calls[call.ID] = sc
+	}
+	r.mu.Unlock()
+	if again {
+		select {
+		case <-sc.done:
+			return sc.rep
+		case <-ctx.Done():
+			return Reply{Error: &ReplyError{Message: "the first attempt of this call is still running"}}
+		}
+	}
+	rep := c.runCall(ctx, call)
+	r.mu.Lock()
+	if rep.Moved {
+		delete(r.calls, call.ID) // asked again, it may be this node's by then
+	}
+	sc.rep, sc.finished = rep, time.Now()
+	r.mu.Unlock()
+	close(sc.done)
+	return rep
+}
+
+func (c *Coordinator) runCall(ctx context.Context, call Call) Reply {
+	v, err := c.call(ctx, call)
+	if errors.Is(err, errMoved) {
+		return Reply{Moved: true}
+	}
+	if err != nil {
+		var se *sandbox.Error
+		if errors.As(err, &se) {
+			return Reply{Error: &ReplyError{Type: se.Type, Message: se.Message}}
+		}
+		c.log.Error("forwarded call failed", "op", call.Op, "sandbox_id", call.SandboxID, "from", call.From, "err", err)
+		return Reply{Error: &ReplyError{Message: err.Error()}}
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return Reply{Error: &ReplyError{Message: "encode answer: " + err.Error()}}
+	}
+	return Reply{Result: data}
+}
+
+// result is the answer of a forwarded call as the holder gave it: the
+// resource, or its error as the same *sandbox.Error, so the HTTP answer is
+// the one the holder would have given.
+func (r Reply) result(node string) (any, error) {
+	if e := r.Error; e != nil {
+		if e.Type == "" {
+			return nil, fmt.Errorf("node %s: %s", node, e.Message)
+		}
+		return nil, &sandbox.Error{Type: e.Type, Message: e.Message}
+	}
+	return r.Result, nil
+}
+
+// callAs runs call and returns its answer as a T, whether it ran here or
+// came back as JSON from the holder.
+func callAs[T any](ctx context.Context, c *Coordinator, call Call) (T, error) {
+	var zero T
+	v, err := c.call(ctx, call)
+	if err != nil {
+		return zero, err
+	}
+	switch v := v.(type) {
+	case T:
+		return v, nil
+	case json.RawMessage:
+		var out T
+		if err := json.Unmarshal(v, &out); err != nil {
+			return zero, fmt.Errorf("decode the answer of a forwarded %s: %w", call.Op, err)
+		}
+		return out, nil
+	}
+	return zero, fmt.Errorf("%s answered %T", call.Op, v)
+}
+
+// idLocks serializes claims of the same sandbox on this node, so that a
+// takeover is settled before anything else runs there.
+type idLocks struct {
+	mu sync.Mutex
+	m  map[string]*idLock
+}
+
+type idLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (l *idLocks) lock(id string) (unlock func()) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]*idLock{}
+	}
+	k := l.m[id]
+	if k == nil {
+		k = &idLock{}
+		l.m[id] = k
+	}
+	k.refs++
+	l.mu.Unlock()
+	k.mu.Lock()
+	return func() {
+		k.mu.Unlock()
+		l.mu.Lock()
+		if k.refs--; k.refs == 0 {
+			delete(l.m, id)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// claimNew takes the lease of a sandbox about to be created, before it
+// exists, so that no sweep of another node finds it without an owner. It
+// returns the epoch to check the new box against.
+func (c *Coordinator) claimNew(ctx context.Context, id string) (uint64, error) {
+	epoch := c.cl.currentEpoch()
+	cl, err := c.cl.Claim(ctx, id)
+	if err != nil {
+		return 0, fmt.Errorf("take the lease of new sandbox %s: %w", id, err)
+	}
+	if cl.Owner != c.cl.node {
+		return 0, fmt.Errorf("the lease of new sandbox %s is held by node %s", id, cl.Owner)
+	}
+	return epoch, nil
+}
+
+// held reports whether b, made in epoch, still holds its lease; a box made
+// while the leases lapsed is retired at once.
+func (c *Coordinator) held(b *box, epoch uint64) bool {
+	if c.cl.currentEpoch() == epoch {
+		return true
+	}
+	c.retire(b)
+	return false
+}

@@ -59,7 +59,11 @@ func TestAppend(t *testing.T) {
 		if got, want := recs[0].Type, sandbox.TypeMessageUpdated; got != want {
 			t.Fatalf("record type = %q, want %q", got, want)
 		}
-		// On disk: 8-byte big-endian key, then type length, type, envelope.
+		// On disk, once materialized from the WAL: 8-byte big-endian key,
+		// then type length, type, envelope.
+		if err := s.flush(ctx); err != nil {
+			t.Fatal(err)
+		}
 		err := s.db.View(func(tx *bbolt.Tx) error {
 			k, v := sandboxBucket(tx, "c_1").Bucket(bucketEvents).Cursor().First()
 			if got, want := string(k), "\x00\x00\x00\x00\x00\x00\x00\x01"; got != want {
@@ -449,5 +453,84 @@ func TestAppendConcurrent(t *testing.T) {
 		if got, want := recordIDs(recs), list; !slices.Equal(got, want) {
 			t.Fatalf("%s: log %v, want %v", id, got, want)
 		}
+	}
+}
+
+// TestVisibility holds a transaction between its commit and its publication
+// (in the afterCommit hook) and checks that no reader sees it yet: the file
+// already holds the event, but bbolt may show a commit before its meta page
+// is synced, so only what is published counts.
+func TestVisibility(t *testing.T) {
+	ctx := context.Background()
+	// A one-record cache sends a read from the start to the file.
+	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: 1})
+	mustCreate(t, s, "c_1")
+	mustAppend(t, s, "c_1", textEvents(2)...)
+
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.afterCommit = func(map[string]uint64) {
+		once.Do(func() {
+			close(held)
+			<-release
+		})
+	}
+	wait := s.Wait("c_1")
+	appended := make(chan error, 1)
+	go func() { appended <- s.Append(ctx, "c_1", textEvents(1), nil) }()
+	<-held
+
+	t.Run("ReadFile", func(t *testing.T) {
+		if got, want := recordIDs(mustRead(t, s, "c_1", 0, 10)), []uint64{1, 2}; !slices.Equal(got, want) {
+			t.Fatalf("Read(0) = %v, want %v", got, want)
+		}
+	})
+	t.Run("ReadCache", func(t *testing.T) {
+		if got := mustRead(t, s, "c_1", 2, 10); len(got) != 0 {
+			t.Fatalf("Read(2) = %v, want nothing", recordIDs(got))
+		}
+	})
+	t.Run("ErrCursorStale", func(t *testing.T) {
+		if _, err := s.Read(ctx, "c_1", 3, 10); errType(err) != sandbox.ECursorStale {
+			t.Fatalf("Read(3): err = %v, want cursor_stale", err)
+		}
+	})
+	t.Run("Resources", func(t *testing.T) {
+		head, err := s.Head("c_1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, err := s.Sandbox(ctx, "c_1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := s.State(ctx, "c_1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, _, err := s.Sandboxes(ctx, "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, last := range map[string]uint64{
+			"Head": head.LastEventID, "Sandbox": uint64(sb.LastEventID),
+			"State": uint64(st.Sandbox.LastEventID), "Sandboxes": uint64(list[0].LastEventID),
+		} {
+			if last != 2 {
+				t.Errorf("%s: last_event_id = %d before publication, want 2", name, last)
+			}
+		}
+		if isClosed(wait) {
+			t.Error("waiters woke before publication")
+		}
+	})
+
+	close(release)
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, wait, "publication")
+	if got, want := recordIDs(mustRead(t, s, "c_1", 2, 10)), []uint64{3}; !slices.Equal(got, want) {
+		t.Fatalf("Read(2) after publication = %v, want %v", got, want)
 	}
 }

@@ -60,3 +60,19 @@ func clonePtr[T any](p *T) *T {
 	v := *p
 	return &v
 }
+
+// foldClone copies a published state for the committer to fold events into
+// and to move watermarks of. What the fold changes in place (the turn, the
+// lists of parts, tools and approvals) is copied; what it only ever replaces
+// (the sandbox's metadata and current turn, a tool's locations, an
+// approval's options) is shared, since a published state never changes.
+// A mutate, which may change anything, gets a cloneState instead.
+func foldClone(s *sandbox.State) *sandbox.State {
+	return &sandbox.State{
+		Sandbox:   s.Sandbox,
+		Turn:      cloneTurn(s.Turn),
+		Messages:  slices.Clone(s.Messages),
+		Tools:     slices.Clone(s.Tools),
+		Approvals: slices.Clone(s.Approvals),
+	}
+}

@@ -14,12 +14,14 @@ import (
 // Bucket and key names of the layout described in doc.go.
 var (
 	bucketSandboxes = []byte("sandboxes")
+	bucketWAL       = []byte("wal")
 	bucketEvents    = []byte("events")
 	bucketTurns     = []byte("turns")
 	bucketApprovals = []byte("approvals")
 	keyMeta         = []byte("meta")
 	keyState        = []byte("state")
 	keyConfig       = []byte("config")
+	keyWALMark      = []byte("walmark")
 )
 
 func idKey(id uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), id) }
@@ -69,6 +71,7 @@ func readMeta(b *bbolt.Bucket, id string) (sandbox.Sandbox, error) {
 	if err := json.Unmarshal(b.Get(keyMeta), &sb); err != nil {
 		return sb, fmt.Errorf("sandbox %s: decode meta: %w", id, err)
 	}
+	sb.LastEventID = lastID(b, sb.LastEventID)
 	return sb, nil
 }
 
@@ -82,12 +85,25 @@ func readMarks(b *bbolt.Bucket, id string) (sandbox.Marks, error) {
 	return m, nil
 }
 
+// readState decodes the state of a sandbox whose buckets are up to date.
 func readState(b *bbolt.Bucket, id string) (*sandbox.State, error) {
 	st := new(sandbox.State)
 	if err := json.Unmarshal(b.Get(keyState), st); err != nil {
 		return nil, fmt.Errorf("sandbox %s: decode state: %w", id, err)
 	}
+	st.Sandbox.LastEventID = lastID(b, st.Sandbox.LastEventID)
 	return st, nil
+}
+
+// lastID is the last id a sandbox handed out, from which its next ids
+// continue. Meta and state record it and the events bucket's sequence
+// equals it; should the sequence ever be ahead, it wins, so that no id is
+// handed out twice.
+func lastID(b *bbolt.Bucket, recorded sandbox.Seq) sandbox.Seq {
+	if events := b.Bucket(bucketEvents); events != nil && events.Sequence() > uint64(recorded) {
+		return sandbox.Seq(events.Sequence())
+	}
+	return recorded
 }
 
 func notFound(id string) error {

@@ -5,6 +5,8 @@
 //
 // # Layout
 //
+//	wal/                            top-level bucket: the write-ahead log
+//	  8-byte big-endian WAL key -> one request's entry (see WAL)
 //	sandboxes/                      top-level bucket
 //	  <sandbox id>/                 one nested bucket per sandbox; ids are
 //	                                prefixed ULIDs, so key order is creation order
@@ -12,31 +14,82 @@
 //	            enough to list many sandboxes without reading their state
 //	    state   sandbox.State JSON: what a snapshot shows, consistent with the log
 //	    config  the coordinator's private settings of the sandbox, opaque bytes
+//	    walmark 8-byte big-endian WAL key: the buckets hold every change of
+//	            this sandbox that the WAL holds up to this key
 //	    events/     8-byte big-endian id -> record: 1 byte type length, the type,
 //	                then the envelope JSON as served
 //	    turns/      turn id -> sandbox.Turn JSON
 //	    approvals/  approval id -> sandbox.Approval JSON
 //
-// Event ids come from the events bucket's NextSequence, which bbolt keeps in
-// the bucket header: they are never reused, not after pruning and not after a
-// restart. The events bucket is filled to 100% because it is append-only.
-// meta and state are rewritten in the same transaction as the events they
-// fold, so the state and its last_event_id always agree on disk.
+// Event ids are per sandbox, dense and strictly increasing, and never reused:
+// not after pruning, not after a restart. The next id is the last one plus
+// one; the last id is kept in memory and, on disk, in meta, state and the
+// events bucket's sequence, which always agree for what the buckets hold.
+// The events and WAL buckets are filled to 100% because they are
+// append-only.
 //
 // # Writes
 //
 // Every write (append, create, prune, compact, drop) goes to one committer
 // goroutine, which runs whatever is queued as one bbolt transaction and one
-// fsync (group commit). A request that fails on its own (an unknown sandbox, a
+// sync (group commit). A request that fails on its own (an unknown sandbox, a
 // mutate error) is left out of the transaction without touching it; a storage
 // error fails the whole batch.
+//
+// Appends do not touch the sandboxes' buckets. A commit of appends writes one
+// WAL entry per request: the sandbox id, the records with their ids, and the
+// state a mutate left when one ran (which a replay cannot derive from the
+// records). All sandboxes' entries interleave in the WAL's tail pages, so a
+// commit of 256 one-event appends to 256 sandboxes writes a few dozen pages,
+// where writing each sandbox's own buckets would rewrite several pages of
+// each. The committer pipelines such batches: while one commits and syncs,
+// the next is prepared in memory (ids, fold, encoding) on top of the states
+// the first will publish; if the first fails, so does the second. Creates,
+// drops, prunes and compactions wait for the pipeline to drain and apply in
+// a transaction of their own batch.
+//
+// # Materialization
+//
+// The committer moves what the WAL holds into the sandboxes' buckets (the
+// records under their ids, meta, state, turns, approvals, the events
+// bucket's sequence and the WAL mark) a sandbox at a time, several sandboxes
+// per transaction, oldest WAL entries first, and deletes the WAL entries
+// that no sandbox needs any more (collected first, then deleted). It does so
+// when the WAL holds more than 20,000 unmaterialized records or 8 MiB
+// (backpressure: at twice that, appends wait until it is back under), when
+// it has held entries for 250 ms and nothing else waits, before Stats,
+// Check and Close, and, for the sandbox concerned, inside the transaction
+// of a prune or a compaction. Transactions stay bounded (4,096 records or
+// 2 MiB, at least one sandbox), so a materialization holds appends for
+// milliseconds, not seconds.
+//
+// Until it is materialized, what a sandbox has only in the WAL is kept in
+// memory (its walTail): the records, which are the newest of its log, and
+// the turns and approvals its events changed. Read serves them (and the
+// recent records cache), and reads older ids from the events bucket,
+// stitching the two at the first id the bucket lacks; Turn and Approval look
+// in memory before the file.
 //
 // # Visibility
 //
 // Readers see a write only once it is published: after the transaction has
 // committed and synced, the committer updates the in-memory sandbox (resource,
-// state, recent records, Wait channel) under one lock. Reads from the file are
-// bounded by the published last id, because bbolt lets a new read transaction
-// see a meta page whose fsync has not finished yet, and a crash in that window
-// would give the same ids to other events.
+// state, recent records, WAL tail, Wait channel) under one lock. Reads from
+// the file are bounded by the published last id, because bbolt lets a new
+// read transaction see a meta page whose sync has not finished yet, and a
+// crash in that window would give the same ids to other events.
+// Materialization moves only records already published, so what a reader
+// finds in the buckets is durable either way.
+//
+// # Crash replay
+//
+// Open replays the WAL before serving: every entry whose key is above its
+// sandbox's WAL mark is applied to the buckets as the committer applied it
+// (the stored post-mutate state, then the fold of each record, whose ids
+// must continue the sandbox's last id), the sequences, meta, state and WAL
+// marks are written, and the WAL is emptied, in one transaction. Entries of
+// sandboxes dropped since are skipped; a sandbox created again under the same
+// id starts with a WAL mark at the WAL's sequence, so it never inherits them.
+// A crash between a commit and its materialization therefore loses nothing
+// and reuses no id.
 package boltstore

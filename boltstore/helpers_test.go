@@ -32,6 +32,26 @@ func MustOpenStoreAt(tb testing.TB, path string, opts Options) *Store {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	checkOnCleanup(tb, s, path)
+	return s
+}
+
+// mustOpenLimits opens a store at path with the given materialization
+// limits, which tests lower to make the committer materialize often.
+func mustOpenLimits(tb testing.TB, path string, opts Options, limits walLimits) *Store {
+	tb.Helper()
+	if opts.Now == nil {
+		opts.Now = func() time.Time { return testNow }
+	}
+	s, err := open(path, opts, limits)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	checkOnCleanup(tb, s, path)
+	return s
+}
+
+func checkOnCleanup(tb testing.TB, s *Store, path string) {
 	tb.Cleanup(func() {
 		s.closeMu.RLock()
 		closed := s.closed
@@ -46,7 +66,6 @@ func MustOpenStoreAt(tb testing.TB, path string, opts Options) *Store {
 			tb.Errorf("close %s: %v", path, err)
 		}
 	})
-	return s
 }
 
 func newSandbox(id string) sandbox.Sandbox {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 
 	"go.etcd.io/bbolt"
 
@@ -74,8 +75,10 @@ func (s *Store) loaded(id string, withState bool) (*entry, *sandbox.State, error
 }
 
 // Read returns up to limit retained events with id > after, in order; see
-// coordinator.Store. Near the tail it is served from memory; older cursors
-// cost one short read transaction.
+// coordinator.Store. Near the tail it is served from memory: the recent
+// records cache, or the records only the WAL holds so far, which are the
+// newest of the log. Older cursors cost one short read transaction, whose
+// records are followed by those from memory where the bucket ends.
 func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error) {
 	if limit < 1 {
 		return nil, sandbox.Errorf(sandbox.EInvalidRequest, "read %s: limit must be at least 1, got %d", id, limit)
@@ -95,13 +98,37 @@ func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([
 		s.mu.Unlock()
 		return recs, nil
 	}
+	// The bucket holds every retained record up to upto; the WAL tail
+	// holds the rest.
+	upto := uint64(marks.LastEventID)
+	var tail []sandbox.Record
+	if w := e.wal; w != nil && len(w.recs) > 0 {
+		upto = w.recs[0].rec.ID - 1
+		from := 0
+		if after >= upto {
+			from = sort.Search(len(w.recs), func(i int) bool { return w.recs[i].rec.ID > after })
+		}
+		for _, r := range w.recs[from:min(len(w.recs), from+limit)] {
+			tail = append(tail, r.rec)
+		}
+		if after >= upto {
+			s.mu.Unlock()
+			return tail, nil
+		}
+	}
 	s.mu.Unlock()
-	return s.readFile(ctx, id, after, limit)
+	recs, err := s.readFile(ctx, id, after, limit, upto, marks)
+	if err != nil {
+		return nil, err
+	}
+	return append(recs, tail[:min(len(tail), limit-len(recs))]...), nil
 }
 
-// readFile reads events from the file. Values are copied out inside the
-// transaction, which ends before the caller writes anything anywhere.
-func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error) {
+// readFile reads events with after < id <= upto from the file. Values are
+// copied out inside the transaction, which ends before the caller writes
+// anything anywhere. Records up to upto were published before the read
+// began; anything newer the transaction may show is left to the caller.
+func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int, upto uint64, marks sandbox.Marks) ([]sandbox.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -111,21 +138,26 @@ func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int
 		if b == nil {
 			return notFound(id)
 		}
-		// The cursor is checked against the marks of this transaction: a
-		// prune committed since the check in Read must not open a gap.
-		marks, err := readMarks(b, id)
+		// The cursor is checked against the prune mark of this transaction:
+		// a prune committed since the check in Read must not open a gap.
+		// (A prune writes the sandbox's meta; appends through the WAL do
+		// not, so the last id is the published one.)
+		disk, err := readMarks(b, id)
 		if err != nil {
 			return err
 		}
-		if err := cursorErr(id, after, marks); err != nil {
-			return err
+		if disk.PrunedThrough > marks.PrunedThrough {
+			marks.PrunedThrough, marks.OldestEventID = disk.PrunedThrough, disk.OldestEventID
+			if err := cursorErr(id, after, marks); err != nil {
+				return err
+			}
 		}
 		events := b.Bucket(bucketEvents)
 		if events == nil {
 			return fmt.Errorf("sandbox %s: events bucket missing", id)
 		}
 		c := events.Cursor()
-		for k, v := c.Seek(idKey(after + 1)); k != nil && len(recs) < limit; k, v = c.Next() {
+		for k, v := c.Seek(idKey(after + 1)); k != nil && len(recs) < limit && keyID(k) <= upto; k, v = c.Next() {
 			rec, err := decodeRecord(k, v)
 			if err != nil {
 				return fmt.Errorf("sandbox %s: %w", id, err)
@@ -136,19 +168,6 @@ func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int
 	})
 	if err != nil {
 		return nil, err
-	}
-	// The transaction may have seen a commit that is not yet published
-	// (see doc.go, Visibility); its events are delivered once it is.
-	s.mu.Lock()
-	var last uint64
-	if e := s.sandboxes[id]; e != nil {
-		last = uint64(e.sb.LastEventID)
-	}
-	s.mu.Unlock()
-	for i, rec := range recs {
-		if rec.ID > last {
-			return recs[:i], nil
-		}
 	}
 	return recs, nil
 }
@@ -294,6 +313,15 @@ func (s *Store) Config(ctx context.Context, id string) ([]byte, error) {
 
 // Turn returns a turn of a sandbox by id.
 func (s *Store) Turn(ctx context.Context, sandboxID, turnID string) (sandbox.Turn, error) {
+	s.mu.Lock()
+	if e := s.sandboxes[sandboxID]; e != nil && e.wal != nil {
+		if t := e.wal.turns[turnID]; t != nil {
+			c := cloneTurn(t)
+			s.mu.Unlock()
+			return *c, nil
+		}
+	}
+	s.mu.Unlock()
 	var t sandbox.Turn
 	err := s.resource(sandboxID, bucketTurns, turnID, "turn", &t)
 	return t, err
@@ -301,11 +329,24 @@ func (s *Store) Turn(ctx context.Context, sandboxID, turnID string) (sandbox.Tur
 
 // Approval returns an approval of a sandbox by id.
 func (s *Store) Approval(ctx context.Context, sandboxID, approvalID string) (sandbox.Approval, error) {
+	s.mu.Lock()
+	if e := s.sandboxes[sandboxID]; e != nil && e.wal != nil {
+		if a := e.wal.approvals[approvalID]; a != nil {
+			c := *a
+			c.Decision, c.OptionID = clonePtr(a.Decision), clonePtr(a.OptionID)
+			s.mu.Unlock()
+			return c, nil
+		}
+	}
+	s.mu.Unlock()
 	var a sandbox.Approval
 	err := s.resource(sandboxID, bucketApprovals, approvalID, "approval", &a)
 	return a, err
 }
 
+// resource reads a turn or an approval from the file. One changed since the
+// sandbox was last materialized is in its WAL tail, which Turn and Approval
+// look at first: a resource leaves the tail only once the file has it.
 func (s *Store) resource(sandboxID string, bucket []byte, id, kind string, v any) error {
 	return s.db.View(func(tx *bbolt.Tx) error {
 		b := sandboxBucket(tx, sandboxID)

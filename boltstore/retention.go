@@ -2,10 +2,15 @@ package boltstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"slices"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
 // Batch sizes when the caller gives none: small enough that appends queued
@@ -76,13 +81,23 @@ type SandboxStats struct {
 }
 
 // Stats reads the file's size and free pages and every sandbox's log in one
-// read transaction. Counting events walks each events bucket, so it is meant
-// for the retention loop and diagnostics, not for request paths.
+// read transaction, after materializing the WAL. Counting events walks each
+// events bucket, so it is meant for the retention loop and diagnostics, not
+// for request paths. Records only the WAL holds (appended since, or left by
+// an unclean shutdown of a file read offline) are counted too.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	if err := s.flush(ctx); err != nil {
+		return Stats{}, err
+	}
 	var st Stats
+	var overlay map[string]*walStats
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		st.FileSize = tx.Size()
 		root := tx.Bucket(bucketSandboxes)
+		var err error
+		if overlay, err = readWALStats(tx); err != nil {
+			return err
+		}
 		return root.ForEachBucket(func(k []byte) error {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -102,23 +117,205 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 			if events := b.Bucket(bucketEvents); events != nil {
 				ss.Events = events.Stats().KeyN
 			}
+			if w := overlay[ss.ID]; w != nil {
+				ss.Events += len(w.ids)
+				if n := len(w.ids); n > 0 {
+					ss.LastEventID = w.ids[n-1]
+					if ss.OldestEventID == 0 {
+						ss.OldestEventID = w.ids[0]
+					}
+				}
+				if w.status != "" {
+					ss.Status = w.status
+				}
+			}
 			st.Sandboxes = append(st.Sandboxes, ss)
 			return nil
 		})
 	})
 	dbs := s.db.Stats()
 	st.FreePages, st.PendingPages = dbs.FreePageN, dbs.PendingPageN
+	// The transaction may have seen a commit that is not yet published;
+	// a sandbox in memory answers with its published values.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range st.Sandboxes {
+		ss := &st.Sandboxes[i]
+		if e := s.sandboxes[ss.ID]; e != nil {
+			if w := overlay[ss.ID]; w != nil {
+				for _, id := range w.ids {
+					if id > uint64(e.sb.LastEventID) {
+						ss.Events--
+					}
+				}
+			}
+			ss.Status = e.sb.Status
+			ss.OldestEventID, ss.LastEventID, ss.PrunedThrough = uint64(e.sb.OldestEventID), uint64(e.sb.LastEventID), uint64(e.sb.PrunedThrough)
+		}
+	}
 	return st, err
 }
 
-// Check runs bbolt's consistency check over the whole file and returns the
-// first problem found, with the others joined after it.
+// walStats is what the WAL holds of one sandbox beyond its buckets.
+type walStats struct {
+	ids    []uint64
+	status string // as the last mutate in the WAL left it
+}
+
+// readWALStats sums up the WAL entries that their sandboxes' buckets do not
+// hold yet.
+func readWALStats(tx *bbolt.Tx) (map[string]*walStats, error) {
+	wal, root := tx.Bucket(bucketWAL), tx.Bucket(bucketSandboxes)
+	if wal == nil {
+		return nil, nil
+	}
+	out := make(map[string]*walStats)
+	marks := make(map[string]uint64)
+	c := wal.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		ent, err := decodeWALEntry(v)
+		if err != nil {
+			return nil, fmt.Errorf("WAL entry %d: %w", keyID(k), err)
+		}
+		mark, ok := marks[ent.sandbox]
+		if !ok {
+			mark = math.MaxUint64 // a sandbox dropped since
+			if b := root.Bucket([]byte(ent.sandbox)); b != nil {
+				mark = readWALMark(b)
+			}
+			marks[ent.sandbox] = mark
+		}
+		if keyID(k) <= mark {
+			continue
+		}
+		w := out[ent.sandbox]
+		if w == nil {
+			w = &walStats{}
+			out[ent.sandbox] = w
+		}
+		for _, r := range ent.recs {
+			w.ids = append(w.ids, r.id)
+		}
+		if ent.state != nil {
+			var st struct {
+				Sandbox struct {
+					Status string `json:"status"`
+				} `json:"sandbox"`
+			}
+			if err := json.Unmarshal(ent.state, &st); err != nil {
+				return nil, fmt.Errorf("WAL entry %d: decode state: %w", keyID(k), err)
+			}
+			w.status = st.Sandbox.Status
+		}
+	}
+	return out, nil
+}
+
+// flush materializes the whole WAL. A Store without a committer (a file
+// read offline) has nothing to flush.
+func (s *Store) flush(ctx context.Context) error {
+	if s.reqs == nil {
+		return nil
+	}
+	err := s.submit(ctx, &flushWrite{})
+	if errors.Is(err, ErrClosed) {
+		return nil // the read that follows reports the closed file
+	}
+	return err
+}
+
+// Check materializes the WAL, then runs bbolt's consistency check over the
+// whole file and checks the store's own layout (see checkLayout). It
+// returns the first problem found, with the others joined after it.
 func (s *Store) Check() error {
+	if err := s.flush(context.Background()); err != nil {
+		return err
+	}
 	return s.db.View(func(tx *bbolt.Tx) error {
 		var errs []error
 		for err := range tx.Check() { // drain: the checker blocks on each send
 			errs = append(errs, err)
 		}
+		errs = append(errs, checkLayout(tx)...)
 		return errors.Join(errs...)
 	})
+}
+
+// checkLayout checks what the store keeps true at every commit: each
+// sandbox's meta and state agree on its watermarks, its events bucket's
+// sequence is its last id and no key is above it; and the WAL entries its
+// buckets do not hold yet continue its ids densely from there.
+func checkLayout(tx *bbolt.Tx) []error {
+	var errs []error
+	wal, root := tx.Bucket(bucketWAL), tx.Bucket(bucketSandboxes)
+	next := make(map[string]uint64) // the id the sandbox's next WAL record must have
+	marks := make(map[string]uint64)
+	err := root.ForEachBucket(func(k []byte) error {
+		id, b := string(k), root.Bucket(k)
+		events := b.Bucket(bucketEvents)
+		if events == nil {
+			errs = append(errs, fmt.Errorf("sandbox %s: events bucket missing", id))
+			return nil
+		}
+		meta, err := readMarks(b, id)
+		if err != nil {
+			errs = append(errs, err)
+			return nil
+		}
+		var st struct {
+			Sandbox sandbox.Marks `json:"sandbox"`
+		}
+		if err := json.Unmarshal(b.Get(keyState), &st); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox %s: decode state: %w", id, err))
+		} else if st.Sandbox != meta {
+			errs = append(errs, fmt.Errorf("sandbox %s: meta marks %+v, state marks %+v", id, meta, st.Sandbox))
+		}
+		seq := events.Sequence()
+		if uint64(meta.LastEventID) != seq {
+			errs = append(errs, fmt.Errorf("sandbox %s: last id %d, events sequence %d", id, meta.LastEventID, seq))
+		}
+		if k, _ := events.Cursor().Last(); k != nil && keyID(k) > seq {
+			errs = append(errs, fmt.Errorf("sandbox %s: event %d above the sequence %d", id, keyID(k), seq))
+		}
+		if k, _ := events.Cursor().First(); uint64(meta.OldestEventID) != keyIDOrZero(k) {
+			errs = append(errs, fmt.Errorf("sandbox %s: oldest id %d, first event %d", id, meta.OldestEventID, keyIDOrZero(k)))
+		}
+		next[id], marks[id] = seq+1, readWALMark(b)
+		if wal != nil && marks[id] > wal.Sequence() {
+			errs = append(errs, fmt.Errorf("sandbox %s: WAL mark %d beyond the WAL's %d", id, marks[id], wal.Sequence()))
+		}
+		return nil
+	})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if wal == nil {
+		return errs
+	}
+	c := wal.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		ent, err := decodeWALEntry(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("WAL entry %d: %w", keyID(k), err))
+			continue
+		}
+		mark, ok := marks[ent.sandbox]
+		if !ok || keyID(k) <= mark {
+			continue // a sandbox dropped since, or an entry its buckets hold
+		}
+		for _, r := range ent.recs {
+			if r.id != next[ent.sandbox] {
+				errs = append(errs, fmt.Errorf("WAL entry %d: sandbox %s: event %d where %d was next", keyID(k), ent.sandbox, r.id, next[ent.sandbox]))
+			}
+			next[ent.sandbox] = r.id + 1
+		}
+	}
+	return errs
+}
+
+func keyIDOrZero(k []byte) uint64 {
+	if k == nil {
+		return 0
+	}
+	return keyID(k)
 }

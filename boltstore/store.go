@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -35,14 +36,35 @@ type Options struct {
 	Now func() time.Time
 }
 
+// When the committer moves the WAL into the sandboxes' buckets (see doc.go,
+// Materialization). The limits bound the memory that unmaterialized records
+// hold and the time one materialization transaction keeps appends waiting.
+const (
+	defaultWALMaxRecords = 20000
+	defaultWALMaxBytes   = 8 << 20
+	defaultWALIdle       = 250 * time.Millisecond
+	defaultChunkRecords  = 4096
+	defaultChunkBytes    = 2 << 20
+	defaultTruncateBatch = 8192
+)
+
+// walLimits are the materialization thresholds; tests lower them.
+type walLimits struct {
+	maxRecords, maxBytes     int           // above either, materialize after each batch
+	idle                     time.Duration // materialize a WAL this old when there is nothing else to do
+	chunkRecords, chunkBytes int           // bound one materialization transaction
+	truncateBatch            int           // WAL keys deleted per transaction at most
+}
+
 // Store is the bbolt implementation of coordinator.Store. See doc.go for
-// the layout and the write path.
+// the layout, the write path and the WAL.
 type Store struct {
 	db        *bbolt.DB
 	log       *slog.Logger
 	now       func() time.Time
 	cacheSize int
 	maxBatch  int
+	limits    walLimits
 
 	reqs    chan *request
 	closeMu sync.RWMutex // held for reading while a request is queued
@@ -50,17 +72,39 @@ type Store struct {
 	wg      sync.WaitGroup
 
 	// commitMu is held by the committer from the start of a transaction
-	// until its result is published, and by readers that load a sandbox
-	// from the file, so a load never sees a commit before it is published.
+	// (or the launch of a flight, see commitLoop) until its result is
+	// published, and by readers that load a sandbox from the file, so a
+	// load never sees a commit before it is published.
 	commitMu sync.Mutex
 
 	mu        sync.Mutex
 	sandboxes map[string]*entry // the sandboxes loaded so far
 
-	// afterCommit, when set, runs after each transaction has committed and
-	// before it is published, with the last id of every sandbox it changed.
-	// Tests use it to know which ids were durable when a reader saw them.
+	// The WAL's bookkeeping. Only the committer changes it, under mu, so
+	// the committer reads it without.
+	tails    map[string]*entry // sandboxes with a walTail
+	walRecs  int               // records in all tails
+	walBytes int               // their stored size
+	walLen   int               // entries in the WAL bucket, materialized or not
+	walSince time.Time         // when the WAL last became non-empty
+
+	// keepWAL stops the committer from materializing except where a write
+	// needs it (a prune, a compaction, a flush), so that Close leaves the
+	// file as a crash after the last commit would. Tests set it.
+	keepWAL atomic.Bool
+
+	// afterCommit, when set, runs after each transaction of callers' writes
+	// has committed and before it is published, with the last id of every
+	// sandbox it changed. Tests use it to know which ids were durable when
+	// a reader saw them.
 	afterCommit func(last map[string]uint64)
+	// afterMaterialize, when set, runs after each materialization
+	// transaction has been published. Tests wait on it.
+	afterMaterialize func()
+	// failCommit, when set, runs at the end of each transaction of
+	// callers' writes; an error from it rolls the transaction back, as a
+	// storage error would. Tests use it.
+	failCommit func() error
 }
 
 // entry is the published, in-memory side of one sandbox. Its fields are
@@ -71,6 +115,10 @@ type entry struct {
 	state *sandbox.State // nil until first needed, and after a failed commit
 	ring  ring
 	wait  chan struct{} // made on demand, closed by the next change
+	// wal is what only the WAL holds of this sandbox; nil when its buckets
+	// are up to date. While it is set, state is never nil: memory, not the
+	// file, is the sandbox's truth.
+	wal *walTail
 }
 
 func (e *entry) wake() {
@@ -94,8 +142,16 @@ type write interface {
 	apply(t *txn) (reqErr, txErr error)
 }
 
-// Open opens (or creates) the store file at path and starts its committer.
+// Open opens (or creates) the store file at path, replays what its WAL holds
+// into the sandboxes' buckets, and starts the committer.
 func Open(path string, opts Options) (*Store, error) {
+	return open(path, opts, walLimits{
+		maxRecords: defaultWALMaxRecords, maxBytes: defaultWALMaxBytes, idle: defaultWALIdle,
+		chunkRecords: defaultChunkRecords, chunkBytes: defaultChunkBytes, truncateBatch: defaultTruncateBatch,
+	})
+}
+
+func open(path string, opts Options, limits walLimits) (*Store, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second
 	}
@@ -118,13 +174,21 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot open event store %s: %w", path, err)
 	}
+	var replayed int
 	err = db.Update(func(tx *bbolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucketSandboxes)
+		if _, err := tx.CreateBucketIfNotExists(bucketSandboxes); err != nil {
+			return err
+		}
+		var err error
+		replayed, err = replayWAL(tx)
 		return err
 	})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("cannot initialize event store %s: %w", path, err)
+	}
+	if replayed > 0 {
+		opts.Logger.Info("event store: replayed the WAL of an unclean shutdown", "path", path, "entries", replayed)
 	}
 	s := &Store{
 		db:        db,
@@ -132,8 +196,10 @@ func Open(path string, opts Options) (*Store, error) {
 		now:       opts.Now,
 		cacheSize: opts.CacheSize,
 		maxBatch:  opts.MaxBatch,
+		limits:    limits,
 		reqs:      make(chan *request, opts.MaxBatch),
 		sandboxes: make(map[string]*entry),
+		tails:     make(map[string]*entry),
 	}
 	s.wg.Add(1)
 	go func() {
@@ -143,8 +209,9 @@ func Open(path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Close commits what is already queued, stops the committer, wakes every
-// waiter and closes the file. Writes after Close fail with ErrClosed.
+// Close commits what is already queued, materializes the WAL, stops the
+// committer, wakes every waiter and closes the file. Writes after Close fail
+// with ErrClosed.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
 	if s.closed {
@@ -193,133 +260,6 @@ func (s *Store) enqueue(ctx context.Context, w write) (*request, error) {
 	}
 }
 
-// commitLoop runs one transaction for the first waiting request and every
-// other one already queued. There is no delay to gather a batch: whatever
-// arrived while the previous commit was syncing makes the next one.
-func (s *Store) commitLoop() {
-	batch := make([]*request, 0, s.maxBatch)
-	for r := range s.reqs {
-		batch = append(batch[:0], r)
-	drain:
-		for len(batch) < s.maxBatch {
-			select {
-			case r, ok := <-s.reqs:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, r)
-			default:
-				break drain
-			}
-		}
-		s.commit(batch)
-		clear(batch)
-	}
-}
-
-// errNothingToCommit rolls back a transaction in which every request failed
-// on its own, which saves the fsync.
-var errNothingToCommit = errors.New("nothing to commit")
-
-func (s *Store) commit(batch []*request) {
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-
-	t := &txn{s: s, pending: make(map[string]*pending)}
-	errs := make([]error, len(batch))
-	err := s.db.Update(func(tx *bbolt.Tx) error {
-		t.root = tx.Bucket(bucketSandboxes)
-		for i, r := range batch {
-			if err := r.ctx.Err(); err != nil {
-				errs[i] = err
-				continue
-			}
-			reqErr, txErr := r.w.apply(t)
-			if txErr != nil {
-				return txErr
-			}
-			errs[i] = reqErr
-		}
-		if !t.dirty {
-			return errNothingToCommit
-		}
-		return t.flush()
-	})
-	switch {
-	case errors.Is(err, errNothingToCommit):
-	case err != nil:
-		s.log.Error("event store commit failed", "requests", len(batch), "err", err)
-		s.forget(t)
-		err = fmt.Errorf("commit to event store: %w", err)
-		for i := range errs {
-			errs[i] = err
-		}
-	default:
-		if s.afterCommit != nil {
-			s.afterCommit(t.lastIDs())
-		}
-		s.publish(t)
-	}
-	for i, r := range batch {
-		r.done <- errs[i]
-	}
-}
-
-// publish makes a committed transaction visible: resources, states, recent
-// records and watermarks change together under one lock, then waiters wake.
-func (s *Store) publish(t *txn) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, p := range t.order {
-		e := s.sandboxes[p.id]
-		if p.dropped {
-			if e != nil {
-				e.wake()
-				delete(s.sandboxes, p.id)
-			}
-			continue
-		}
-		if !p.changed {
-			continue
-		}
-		if p.created || e == nil {
-			if e != nil {
-				e.wake()
-			}
-			e = &entry{ring: ring{from: p.base + 1}}
-			s.sandboxes[p.id] = e
-		}
-		e.sb, e.state = p.state.Sandbox, p.state
-		for _, rec := range p.recs {
-			e.ring.push(rec, s.cacheSize)
-		}
-		// A record leaves the cache in the same critical section that
-		// publishes the watermark which removes it, so the cache never
-		// serves a pruned or compacted record.
-		if p.pruned {
-			through := uint64(p.state.Sandbox.PrunedThrough)
-			e.ring.remove(func(id uint64) bool { return id <= through })
-		}
-		if len(p.compacted) > 0 {
-			e.ring.remove(func(id uint64) bool { _, ok := p.compacted[id]; return ok })
-		}
-		e.wake()
-	}
-}
-
-// forget drops the cached states a failed transaction touched. Nothing of it
-// was published, but reloading from the file keeps the cache provably equal
-// to what is on disk.
-func (s *Store) forget(t *txn) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, p := range t.order {
-		if e := s.sandboxes[p.id]; e != nil {
-			e.state = nil
-		}
-	}
-}
-
 // Append makes events durable in the log of sandbox id and folds them into
 // its state; see coordinator.Store. Each event must be of a durable type; an
 // empty SandboxID is set to id and a zero TS to the current time. The events
@@ -345,6 +285,7 @@ func (s *Store) newAppend(id string, events []*sandbox.Event, mutate func(*sandb
 		id:     id,
 		events: events,
 		mutate: mutate,
+		envs:   make([][]byte, len(events)),
 		data:   make([][]byte, len(events)),
 		folded: make([]any, len(events)),
 		ids:    make([]uint64, len(events)),
@@ -365,9 +306,10 @@ func (s *Store) newAppend(id string, events []*sandbox.Event, mutate func(*sandb
 			ev.TS = s.now()
 		}
 		// Encoding here rather than in the committer spreads the work over
-		// the callers' goroutines. The state folds a decoded copy, so it is
-		// exactly what a reader of the log folds and shares no memory with
-		// the caller's payload.
+		// the callers' goroutines; the committer only adds the id. The
+		// state folds a copy that holds exactly what a reader of the log
+		// (or a WAL replay) decodes and shares no memory with the caller's
+		// payload.
 		data, err := json.Marshal(ev.Data)
 		if err != nil {
 			return nil, fmt.Errorf("append to %s: encode %s data: %w", id, ev.Type, err)
@@ -375,11 +317,16 @@ func (s *Store) newAppend(id string, events []*sandbox.Event, mutate func(*sandb
 		if string(data) == "null" {
 			data = []byte("{}")
 		}
-		folded, err := sandbox.DecodeData(ev.Type, data)
-		if err != nil {
-			return nil, fmt.Errorf("append to %s: %w", id, err)
+		folded, ok := foldCopy(ev.Type, ev.Data)
+		if !ok {
+			if folded, err = sandbox.DecodeData(ev.Type, data); err != nil {
+				return nil, fmt.Errorf("append to %s: %w", id, err)
+			}
 		}
-		w.data[i], w.folded[i] = data, folded
+		if w.envs[i], ok = envelopeAfterID(ev, id, data); !ok {
+			w.data[i] = data
+		}
+		w.folded[i] = folded
 	}
 	return w, nil
 }

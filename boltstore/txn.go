@@ -4,43 +4,76 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"runtime/debug"
 
 	"go.etcd.io/bbolt"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// txn is one group-commit transaction: the writes of a batch and what each
-// sandbox they touched looks like after them.
+// txn is one transaction of the committer: the writes of a batch, or a
+// materialization, and what each sandbox they touched looks like after them.
+// A batch of appends is prepared before its transaction begins (see
+// commitLoop); root and wal are nil until then.
 type txn struct {
 	s       *Store
-	root    *bbolt.Bucket
+	root    *bbolt.Bucket // sandboxes
+	wal     *bbolt.Bucket
+	base    *txn // the flight whose states this one builds on, if any
 	pending map[string]*pending
 	order   []*pending // in first-touch order; a recreated id appears twice
 	dirty   bool
+
+	walPut, walDeleted int  // WAL entries written and truncated
+	walEmptied         bool // truncation left nothing but walPut entries
 }
 
-// pending is one sandbox as the batch changes it.
+// pending is one sandbox as the transaction changes it.
+//
+// A sandbox starts in WAL mode: its records and post-mutate states go to
+// the WAL, its own buckets are not touched. It switches to direct mode when
+// the transaction materializes it (a prune or a compaction needs its
+// buckets complete, or the committer moves the WAL) or creates it; from
+// then on its records go to its events bucket and flush rewrites its meta,
+// state and resources.
 type pending struct {
 	id     string
-	b      *bbolt.Bucket
+	e      *entry        // the published entry; nil for one created here
+	b      *bbolt.Bucket // the sandbox's buckets, opened in direct mode
 	events *bbolt.Bucket
-	base   uint64         // last id before the batch
+	base   uint64         // last id before the transaction
 	state  *sandbox.State // the published state until owned
-	owned  bool           // state is this batch's copy and may change in place
+	owned  bool           // state is this transaction's copy and may change in place
 
-	changed, created, dropped, pruned bool
+	changed bool // what readers see changes: publish and wake
+	direct  bool
+	moved   bool   // materialize moved records or changes into the buckets
+	walMark uint64 // the last WAL key whose changes the buckets now hold
 
-	recs      []sandbox.Record
+	created, dropped, pruned bool
+
+	recs      []stored // the transaction's new records, ids increasing
+	entries   [][]byte // WAL entries to write, in WAL mode
+	walKeys   []uint64 // the WAL entries written for this sandbox
+	walBytes  int      // the size of their records
 	compacted map[uint64]struct{}
 	turns     map[string]*sandbox.Turn
 	approvals map[string]*sandbox.Approval
 }
 
-// sandbox returns the batch's view of a sandbox, loading its published state
-// the first time the batch touches it.
+// begin binds the transaction to its bbolt transaction.
+func (t *txn) begin(tx *bbolt.Tx) error {
+	wal, err := tx.CreateBucketIfNotExists(bucketWAL)
+	if err != nil {
+		return err
+	}
+	wal.FillPercent = 1 // append-only: full pages, no room kept for inserts
+	t.root, t.wal = tx.Bucket(bucketSandboxes), wal
+	return nil
+}
+
+// sandbox returns the transaction's view of a sandbox, loading its
+// published state (or the state the flight below will publish) the first
+// time the transaction touches it.
 func (t *txn) sandbox(id string) (*pending, error) {
 	if p := t.pending[id]; p != nil {
 		if p.dropped {
@@ -48,20 +81,18 @@ func (t *txn) sandbox(id string) (*pending, error) {
 		}
 		return p, nil
 	}
-	b := t.root.Bucket([]byte(id))
-	if b == nil {
-		return nil, notFound(id)
+	if t.base != nil {
+		if bp := t.base.pending[id]; bp != nil && !bp.dropped {
+			p := &pending{id: id, e: bp.e, base: uint64(bp.state.Sandbox.LastEventID), state: bp.state}
+			t.add(p)
+			return p, nil
+		}
 	}
-	events := b.Bucket(bucketEvents)
-	if events == nil {
-		return nil, fmt.Errorf("sandbox %s: events bucket missing", id)
-	}
-	events.FillPercent = 1 // append-only: full pages, no room kept for inserts
-	st, err := t.s.published(id, b)
+	e, st, err := t.s.published(t, id)
 	if err != nil {
 		return nil, err
 	}
-	p := &pending{id: id, b: b, events: events, base: uint64(st.Sandbox.LastEventID), state: st}
+	p := &pending{id: id, e: e, base: uint64(st.Sandbox.LastEventID), state: st}
 	t.add(p)
 	return p, nil
 }
@@ -71,10 +102,80 @@ func (t *txn) add(p *pending) {
 	t.order = append(t.order, p)
 }
 
-// work returns the state for changes that cannot fail on their own.
+// open opens the sandbox's buckets for direct writes.
+func (t *txn) open(p *pending) error {
+	if p.b != nil {
+		return nil
+	}
+	b := t.root.Bucket([]byte(p.id))
+	if b == nil {
+		return fmt.Errorf("sandbox %s: bucket missing", p.id)
+	}
+	events := b.Bucket(bucketEvents)
+	if events == nil {
+		return fmt.Errorf("sandbox %s: events bucket missing", p.id)
+	}
+	events.FillPercent = 1 // append-only: full pages, no room kept for inserts
+	p.b, p.events = b, events
+	return nil
+}
+
+// materialize brings the sandbox's buckets up to date: the records and
+// resources of earlier transactions that only the WAL holds (kept in memory
+// since), and those of this one. It switches the sandbox to direct mode.
+func (t *txn) materialize(p *pending) error {
+	if p.direct {
+		return nil
+	}
+	p.direct = true
+	tail := p.e != nil && p.e.wal != nil
+	if !tail && len(p.recs) == 0 && len(p.entries) == 0 {
+		return t.open(p) // nothing only the WAL holds
+	}
+	if err := t.open(p); err != nil {
+		return err
+	}
+	if tail {
+		w := p.e.wal
+		if err := putRecords(p.events, w.recs); err != nil {
+			return err
+		}
+		// The transaction's own changes are newer than the tail's.
+		for id, v := range w.turns {
+			if _, ok := p.turns[id]; !ok {
+				p.putTurn(v)
+			}
+		}
+		for id, v := range w.approvals {
+			if _, ok := p.approvals[id]; !ok {
+				p.putApproval(v)
+			}
+		}
+		p.walMark = w.keys[len(w.keys)-1]
+	}
+	// The records of this transaction go to the bucket instead of the WAL.
+	if err := putRecords(p.events, p.recs); err != nil {
+		return err
+	}
+	p.entries = nil
+	p.moved, t.dirty = true, true
+	return nil
+}
+
+func putRecords(events *bbolt.Bucket, recs []stored) error {
+	for _, r := range recs {
+		if err := events.Put(idKey(r.rec.ID), r.value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// work returns the state for changes that cannot fail on their own: the
+// fold of events and the watermarks.
 func (p *pending) work() *sandbox.State {
 	if !p.owned {
-		p.state, p.owned = cloneState(p.state), true
+		p.state, p.owned = foldClone(p.state), true
 	}
 	return p.state
 }
@@ -93,7 +194,8 @@ func (p *pending) putApproval(a *sandbox.Approval) {
 	p.approvals[a.ID] = a
 }
 
-// firstID returns the first retained id of the log, 0 if it is empty.
+// firstID returns the first retained id of the log, 0 if it is empty. The
+// sandbox must be in direct mode.
 func (p *pending) firstID() uint64 {
 	if k, _ := p.events.Cursor().First(); k != nil {
 		return keyID(k)
@@ -101,12 +203,34 @@ func (p *pending) firstID() uint64 {
 	return 0
 }
 
-// flush writes the records every changed sandbox keeps beside its log. Each
-// is written once per batch, however many requests touched it.
+// flush writes the WAL entries of the sandboxes in WAL mode, and what every
+// sandbox in direct mode keeps beside its log: the events bucket's
+// sequence, meta, state, the WAL mark and the resources. Each is written
+// once per transaction, however many requests touched it.
 func (t *txn) flush() error {
 	for _, p := range t.order {
-		if !p.changed || p.dropped {
+		if p.dropped {
 			continue
+		}
+		if !p.direct {
+			if err := t.putWAL(p); err != nil {
+				return err
+			}
+			continue
+		}
+		if !p.changed && !p.moved {
+			continue
+		}
+		// The sequence is the last id handed out, which ids come from when
+		// the sandbox is next loaded; the WAL mark tells a replay which
+		// entries the buckets already hold.
+		if err := p.events.SetSequence(uint64(p.state.Sandbox.LastEventID)); err != nil {
+			return err
+		}
+		if p.walMark > 0 {
+			if err := p.b.Put(keyWALMark, idKey(p.walMark)); err != nil {
+				return err
+			}
 		}
 		meta, err := json.Marshal(p.state.Sandbox)
 		if err != nil {
@@ -161,22 +285,41 @@ func (t *txn) lastIDs() map[string]uint64 {
 	return last
 }
 
-// published returns the published state of a sandbox for the committer,
-// decoding it from the transaction when it is not cached. Only the committer
-// calls it, holding commitMu, and before the batch has changed this sandbox,
-// so the transaction shows exactly the published state.
-func (s *Store) published(id string, b *bbolt.Bucket) (*sandbox.State, error) {
+// published returns the entry and published state of a sandbox for the
+// committer, decoding the state from the file when it is not in memory.
+// Only the committer calls it, holding commitMu, and before the
+// transaction has changed this sandbox, so the file shows exactly the
+// published state: a sandbox with a WAL tail, or in a flight, always has
+// its state in memory.
+func (s *Store) published(t *txn, id string) (*entry, *sandbox.State, error) {
 	s.mu.Lock()
 	e := s.sandboxes[id]
 	if e != nil && e.state != nil {
 		st := e.state
 		s.mu.Unlock()
-		return st, nil
+		return e, st, nil
 	}
 	s.mu.Unlock()
-	st, err := readState(b, id)
+	var st *sandbox.State
+	load := func(root *bbolt.Bucket) error {
+		b := root.Bucket([]byte(id))
+		if b == nil {
+			return notFound(id)
+		}
+		var err error
+		st, err = readState(b, id)
+		return err
+	}
+	var err error
+	if t.root != nil {
+		err = load(t.root)
+	} else {
+		// A batch prepared while a flight writes: that flight touches only
+		// sandboxes in memory, so the file shows this one as published.
+		err = s.db.View(func(tx *bbolt.Tx) error { return load(tx.Bucket(bucketSandboxes)) })
+	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -188,227 +331,5 @@ func (s *Store) published(id string, b *bbolt.Bucket) (*sandbox.State, error) {
 		s.sandboxes[id] = e
 	}
 	e.state = st
-	return st, nil
-}
-
-type appendWrite struct {
-	id     string
-	events []*sandbox.Event
-	mutate func(*sandbox.State) error
-	data   [][]byte // each event's encoded data
-	folded []any    // each event's data decoded back, for the fold
-	ids    []uint64 // assigned in the transaction, handed out after commit
-}
-
-// assignIDs hands the committed ids to the caller's events, in the caller's
-// goroutine once the commit is acknowledged.
-func (w *appendWrite) assignIDs() {
-	for i, ev := range w.events {
-		ev.ID = w.ids[i]
-	}
-}
-
-func (w *appendWrite) apply(t *txn) (reqErr, txErr error) {
-	p, err := t.sandbox(w.id)
-	if err != nil {
-		return err, nil
-	}
-	var st *sandbox.State
-	if w.mutate != nil {
-		// mutate may fail half-way: it changes a copy that is kept only if
-		// it succeeds.
-		st = cloneState(p.state)
-		if err := callMutate(t.s.log, w.mutate, st); err != nil {
-			return err, nil
-		}
-		// The watermarks belong to the log, not to the caller.
-		st.Sandbox.LastEventID = p.state.Sandbox.LastEventID
-		st.Sandbox.OldestEventID = p.state.Sandbox.OldestEventID
-		st.Sandbox.PrunedThrough = p.state.Sandbox.PrunedThrough
-		// A turn can exist before its turn.started (queued) only in the
-		// state; keep it addressable by id. The state's turn, which mutate
-		// may also have changed, wins over it.
-		if c := st.Sandbox.CurrentTurn; c != nil {
-			p.putTurn(cloneTurn(c))
-		}
-		if st.Turn != nil {
-			p.putTurn(st.Turn)
-		}
-	} else {
-		st = p.work()
-	}
-	for i, ev := range w.events {
-		id, err := p.events.NextSequence()
-		if err != nil {
-			return nil, err
-		}
-		value, rec := encodeRecord(id, ev, w.id, w.data[i])
-		if err := p.events.Put(idKey(id), value); err != nil {
-			return nil, err
-		}
-		w.ids[i] = id
-		p.recs = append(p.recs, rec)
-		turn, appr := st.Apply(&sandbox.Event{
-			ID: id, Type: ev.Type, TS: foldTime(ev.TS),
-			SandboxID: w.id, TurnID: ev.TurnID, Data: w.folded[i],
-		})
-		if turn != nil {
-			p.putTurn(turn)
-		}
-		if appr != nil {
-			p.putApproval(appr)
-		}
-	}
-	p.state, p.owned, p.changed = st, true, true
-	t.dirty = true
-	return nil, nil
-}
-
-// callMutate runs a caller's mutate in the committer goroutine. A panic there
-// would take every sandbox's writes down, so it fails this request instead.
-func callMutate(log *slog.Logger, mutate func(*sandbox.State) error, st *sandbox.State) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			log.Error("append: mutate panicked", "sandbox", st.Sandbox.ID, "panic", r, "stack", string(debug.Stack()))
-			err = fmt.Errorf("append to %s: mutate panicked: %v", st.Sandbox.ID, r)
-		}
-	}()
-	return mutate(st)
-}
-
-type createWrite struct {
-	sb     sandbox.Sandbox
-	config []byte
-}
-
-func (w *createWrite) apply(t *txn) (reqErr, txErr error) {
-	id := w.sb.ID
-	if p := t.pending[id]; (p != nil && !p.dropped) || t.root.Bucket([]byte(id)) != nil {
-		return sandbox.Errorf(sandbox.EConflict, "sandbox %s already exists", id), nil
-	}
-	b, err := t.root.CreateBucket([]byte(id))
-	if err != nil {
-		return nil, err
-	}
-	var events *bbolt.Bucket
-	for _, name := range [][]byte{bucketEvents, bucketTurns, bucketApprovals} {
-		nb, err := b.CreateBucket(name)
-		if err != nil {
-			return nil, err
-		}
-		if events == nil {
-			events = nb
-		}
-	}
-	events.FillPercent = 1
-	if err := b.Put(keyConfig, w.config); err != nil {
-		return nil, err
-	}
-	sb := w.sb
-	sb.LastEventID, sb.OldestEventID, sb.PrunedThrough = 0, 0, 0
-	t.add(&pending{
-		id: id, b: b, events: events, state: &sandbox.State{Sandbox: sb},
-		owned: true, changed: true, created: true,
-	})
-	t.dirty = true
-	return nil, nil
-}
-
-type dropWrite struct{ id string }
-
-func (w *dropWrite) apply(t *txn) (reqErr, txErr error) {
-	if p := t.pending[w.id]; p != nil && p.dropped {
-		return notFound(w.id), nil
-	}
-	err := t.root.DeleteBucket([]byte(w.id))
-	if errors.Is(err, bbolt.ErrBucketNotFound) {
-		return notFound(w.id), nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	p := t.pending[w.id]
-	if p == nil {
-		p = &pending{id: w.id}
-		t.add(p)
-	}
-	p.dropped = true
-	t.dirty = true
-	return nil, nil
-}
-
-type pruneWrite struct {
-	id      string
-	through uint64
-	batch   int
-	removed int
-}
-
-func (w *pruneWrite) apply(t *txn) (reqErr, txErr error) {
-	p, err := t.sandbox(w.id)
-	if err != nil {
-		return err, nil
-	}
-	// Collect first, delete after: deleting under a live cursor skips keys.
-	var ids []uint64
-	c := p.events.Cursor()
-	for k, _ := c.First(); k != nil && len(ids) < w.batch; k, _ = c.Next() {
-		id := keyID(k)
-		if id > w.through {
-			break
-		}
-		ids = append(ids, id)
-	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	for _, id := range ids {
-		if err := p.events.Delete(idKey(id)); err != nil {
-			return nil, err
-		}
-	}
-	st := p.work()
-	st.Sandbox.PrunedThrough = max(st.Sandbox.PrunedThrough, sandbox.Seq(ids[len(ids)-1]))
-	st.Sandbox.OldestEventID = sandbox.Seq(p.firstID())
-	p.changed, p.pruned = true, true
-	t.dirty = true
-	w.removed = len(ids)
-	return nil, nil
-}
-
-type compactWrite struct {
-	id      string
-	ids     []uint64
-	removed int
-}
-
-func (w *compactWrite) apply(t *txn) (reqErr, txErr error) {
-	p, err := t.sandbox(w.id)
-	if err != nil {
-		return err, nil
-	}
-	removed := 0
-	for _, id := range w.ids {
-		k := idKey(id)
-		if p.events.Get(k) == nil {
-			continue
-		}
-		if err := p.events.Delete(k); err != nil {
-			return nil, err
-		}
-		if p.compacted == nil {
-			p.compacted = make(map[uint64]struct{})
-		}
-		p.compacted[id] = struct{}{}
-		removed++
-	}
-	if removed == 0 {
-		return nil, nil
-	}
-	st := p.work()
-	st.Sandbox.OldestEventID = sandbox.Seq(p.firstID())
-	p.changed = true
-	t.dirty = true
-	w.removed = removed
-	return nil, nil
+	return e, st, nil
 }

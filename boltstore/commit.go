@@ -1,0 +1,467 @@
+package boltstore
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/bbolt"
+)
+
+// commitLoop runs the writes of the queue in batches, one transaction and
+// one sync each. There is no delay to gather a batch: whatever arrived while
+// the previous commit was syncing makes the next one.
+//
+// Batches of appends alone are pipelined: while the transaction of one (its
+// flight) writes and syncs in another goroutine, the next is prepared in
+// memory as its requests arrive (ids, fold, encoding, WAL entries), on top
+// of the states the flight will publish; its transaction then only puts the
+// prepared WAL entries. Publication keeps to commit order, after each sync.
+// Any other write is a barrier: the pipeline drains and the batch that
+// starts with it applies inside its own transaction.
+//
+// Between batches the WAL is materialized when it has grown past its
+// limits, or when it is old and nothing else waits; once the queue is
+// closed what is left is materialized, so a clean shutdown leaves an empty
+// WAL.
+func (s *Store) commitLoop() {
+	var fl *flight
+	var barrier *request // waits for the pipeline to drain
+	closed := false
+	for {
+		if fl == nil {
+			if barrier != nil {
+				s.commitSync(s.drain([]*request{barrier}))
+				barrier = nil
+				continue
+			}
+			if closed {
+				break
+			}
+			r, ok := s.next()
+			if !ok {
+				break
+			}
+			reqs := s.drain([]*request{r})
+			if !allAppends(reqs) {
+				s.commitSync(reqs)
+				continue
+			}
+			b := s.newBatch(nil)
+			for _, r := range reqs {
+				b.add(r)
+			}
+			fl = s.launch(b)
+			continue
+		}
+
+		// Prepare the next batch while the flight is in the air.
+		b := s.newBatch(fl.b.t)
+		var err error
+		open := func() bool { return barrier == nil && !closed && len(b.reqs) < s.maxBatch }
+		take := func(r *request, ok bool) {
+			switch {
+			case !ok:
+				closed = true
+			case isAppend(r):
+				b.add(r)
+			default:
+				barrier = r
+			}
+		}
+		for landed := false; !landed; {
+			var reqs <-chan *request
+			if open() {
+				reqs = s.reqs
+			}
+			select {
+			case err = <-fl.done:
+				landed = true
+			case r, ok := <-reqs:
+				take(r, ok)
+			}
+		}
+		s.land(fl, err)
+		if err != nil {
+			b.fail(fmt.Errorf("commit to event store: an earlier batch failed: %w", err))
+		}
+		b.t.base = nil
+	drain:
+		for open() {
+			select {
+			case r, ok := <-s.reqs:
+				take(r, ok)
+			default:
+				break drain
+			}
+		}
+		s.relieve()
+		fl = s.launch(b)
+	}
+	if s.keepWAL.Load() {
+		return
+	}
+	if err := s.materializeAll(); err != nil {
+		s.log.Error("event store: materializing the WAL at close failed; it is replayed at the next open", "err", err)
+	}
+}
+
+// drain adds what is queued to reqs without waiting, up to the batch limit.
+func (s *Store) drain(reqs []*request) []*request {
+	for len(reqs) < s.maxBatch {
+		select {
+		case r, ok := <-s.reqs:
+			if !ok {
+				return reqs
+			}
+			reqs = append(reqs, r)
+		default:
+			return reqs
+		}
+	}
+	return reqs
+}
+
+func isAppend(r *request) bool {
+	_, ok := r.w.(*appendWrite)
+	return ok
+}
+
+func allAppends(reqs []*request) bool {
+	for _, r := range reqs {
+		if !isAppend(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// batch is a batch of appends prepared outside any transaction.
+type batch struct {
+	t    *txn
+	reqs []*request
+	errs []error
+}
+
+// newBatch starts a batch on top of the states base (the flight's
+// transaction) will publish, or of the published ones.
+func (s *Store) newBatch(base *txn) *batch {
+	return &batch{t: &txn{s: s, pending: make(map[string]*pending), base: base}}
+}
+
+// add prepares an append. An error of its own fails it alone, as in a
+// transaction; it is answered with the batch.
+func (b *batch) add(r *request) {
+	err := r.ctx.Err()
+	if err == nil {
+		var txErr error
+		if err, txErr = r.w.apply(b.t); txErr != nil {
+			err = txErr
+		}
+	}
+	b.reqs = append(b.reqs, r)
+	b.errs = append(b.errs, err)
+}
+
+// fail fails every request of the batch: what it prepared rests on states
+// that will not be published.
+func (b *batch) fail(err error) {
+	for i := range b.errs {
+		b.errs[i] = err
+	}
+	b.t = &txn{s: b.t.s, pending: make(map[string]*pending)}
+}
+
+func (b *batch) answer() {
+	for i, r := range b.reqs {
+		r.done <- b.errs[i]
+	}
+}
+
+// flight is a prepared batch whose transaction is running.
+type flight struct {
+	b    *batch
+	done chan error
+}
+
+// launch starts the transaction of a prepared batch, holding commitMu until
+// land has published it. A batch with nothing to write is answered at once.
+func (s *Store) launch(b *batch) *flight {
+	if len(b.reqs) == 0 {
+		return nil
+	}
+	if !b.t.dirty {
+		b.answer()
+		return nil
+	}
+	s.commitMu.Lock()
+	fl := &flight{b: b, done: make(chan error, 1)}
+	go func() {
+		fl.done <- s.db.Update(func(tx *bbolt.Tx) error {
+			if err := b.t.begin(tx); err != nil {
+				return err
+			}
+			if err := b.t.flush(); err != nil {
+				return err
+			}
+			return s.failed()
+		})
+	}()
+	return fl
+}
+
+// land publishes a flight that committed, or fails its requests, and
+// answers them.
+func (s *Store) land(fl *flight, err error) {
+	b := fl.b
+	if err != nil {
+		s.log.Error("event store commit failed", "requests", len(b.reqs), "err", err)
+		s.forget(b.t)
+		b.fail(fmt.Errorf("commit to event store: %w", err))
+	} else {
+		if s.afterCommit != nil {
+			s.afterCommit(b.t.lastIDs())
+		}
+		s.publish(b.t)
+	}
+	s.commitMu.Unlock()
+	b.answer()
+}
+
+// commitSync runs a batch that holds writes other than appends: flushes
+// first, then one transaction in which every request applies in order.
+func (s *Store) commitSync(reqs []*request) {
+	s.flushFor(reqs)
+	s.commit(reqs)
+	s.relieve()
+}
+
+// next waits for the next request. When the WAL has held entries for the
+// idle delay and no request waits, it materializes them a chunk at a time
+// until the WAL is empty or a request comes. A pass cut short by requests
+// restarts the delay, so a busy committer materializes at most a chunk per
+// delay this way (relieve bounds the WAL under load).
+func (s *Store) next() (*request, bool) {
+	for {
+		select {
+		case r, ok := <-s.reqs:
+			return r, ok
+		default:
+		}
+		if s.walLen == 0 || s.keepWAL.Load() {
+			r, ok := <-s.reqs
+			return r, ok
+		}
+		if wait := time.Until(s.walSince.Add(s.limits.idle)); wait > 0 {
+			timer := time.NewTimer(wait)
+			select {
+			case r, ok := <-s.reqs:
+				timer.Stop()
+				return r, ok
+			case <-timer.C:
+			}
+			continue
+		}
+		for s.walLen > 0 && len(s.reqs) == 0 {
+			if err := s.materializeChunk(); err != nil {
+				s.log.Error("event store: materializing the WAL failed; retrying later", "err", err)
+				break
+			}
+		}
+		if s.walLen > 0 {
+			s.walSince = time.Now()
+		}
+	}
+}
+
+// flushFor materializes the whole WAL before a batch that asks for it.
+func (s *Store) flushFor(batch []*request) {
+	var err error
+	done := false
+	for _, r := range batch {
+		if w, ok := r.w.(*flushWrite); ok {
+			if !done {
+				err, done = s.materializeAll(), true
+			}
+			w.err = err
+		}
+	}
+}
+
+// relieve materializes a chunk when the WAL holds more than its limits,
+// and keeps at it (the appends queued meanwhile wait: backpressure) while
+// it holds more than twice as much, until it is back under them.
+func (s *Store) relieve() {
+	if s.keepWAL.Load() {
+		return
+	}
+	hard := s.walOver(2)
+	for n := 0; s.walOver(1) && (n == 0 || hard); n++ {
+		if err := s.materializeChunk(); err != nil {
+			s.log.Error("event store: materializing the WAL failed", "err", err)
+			return
+		}
+	}
+}
+
+func (s *Store) walOver(factor int) bool {
+	l := s.limits
+	return s.walRecs > factor*l.maxRecords || s.walBytes > factor*l.maxBytes || s.walLen > factor*l.maxRecords
+}
+
+// failed returns what the failCommit hook makes of a transaction.
+func (s *Store) failed() error {
+	if s.failCommit == nil {
+		return nil
+	}
+	return s.failCommit()
+}
+
+// errNothingToCommit rolls back a transaction in which every request failed
+// on its own, which saves the fsync.
+var errNothingToCommit = errors.New("nothing to commit")
+
+// commit runs a batch of callers' writes as one transaction.
+func (s *Store) commit(batch []*request) {
+	errs := make([]error, len(batch))
+	err := s.update(func(t *txn) error {
+		for i, r := range batch {
+			if err := r.ctx.Err(); err != nil {
+				errs[i] = err
+				continue
+			}
+			reqErr, txErr := r.w.apply(t)
+			if txErr != nil {
+				return txErr
+			}
+			errs[i] = reqErr
+		}
+		return nil
+	}, true)
+	if err != nil {
+		s.log.Error("event store commit failed", "requests", len(batch), "err", err)
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	for i, r := range batch {
+		r.done <- errs[i]
+	}
+}
+
+// update runs fn in one transaction, writes what the batch changed and
+// publishes it once the commit is synced. The afterCommit hook runs for
+// callers' batches only.
+func (s *Store) update(fn func(t *txn) error, hook bool) error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+
+	t := &txn{s: s, pending: make(map[string]*pending)}
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		if err := t.begin(tx); err != nil {
+			return err
+		}
+		if err := fn(t); err != nil {
+			return err
+		}
+		if !t.dirty {
+			return errNothingToCommit
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+		if hook {
+			return s.failed()
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNothingToCommit):
+		if t.walEmptied {
+			s.mu.Lock()
+			s.walLen = 0 // the count was off; an empty WAL needs no truncation
+			s.mu.Unlock()
+		}
+		return nil
+	case err != nil:
+		s.forget(t)
+		return fmt.Errorf("commit to event store: %w", err)
+	}
+	if hook && s.afterCommit != nil {
+		s.afterCommit(t.lastIDs())
+	}
+	s.publish(t)
+	return nil
+}
+
+// publish makes a committed transaction visible: resources, states, recent
+// records and watermarks change together under one lock, then waiters wake.
+// It also moves the WAL's bookkeeping: a sandbox written through the WAL
+// grows its tail, one whose buckets were brought up to date loses it.
+func (s *Store) publish(t *txn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.walLen == 0 && t.walPut > 0 {
+		s.walSince = time.Now()
+	}
+	s.walLen += t.walPut - t.walDeleted
+	if t.walEmptied {
+		s.walLen = t.walPut
+	}
+	for _, p := range t.order {
+		e := s.sandboxes[p.id]
+		if p.dropped {
+			if e != nil {
+				s.dropTail(e, p.id)
+				e.wake()
+				delete(s.sandboxes, p.id)
+			}
+			continue
+		}
+		if p.created || e == nil {
+			if e != nil {
+				s.dropTail(e, p.id)
+				e.wake()
+			}
+			e = &entry{ring: ring{from: p.base + 1}}
+			s.sandboxes[p.id] = e
+		}
+		if p.direct {
+			s.dropTail(e, p.id)
+		} else if len(p.walKeys) > 0 {
+			s.growTail(e, p)
+		}
+		if !p.changed {
+			continue
+		}
+		e.sb, e.state = p.state.Sandbox, p.state
+		for _, r := range p.recs {
+			e.ring.push(r.rec, s.cacheSize)
+		}
+		// A record leaves the cache in the same critical section that
+		// publishes the watermark which removes it, so the cache never
+		// serves a pruned or compacted record.
+		if p.pruned {
+			through := uint64(p.state.Sandbox.PrunedThrough)
+			e.ring.remove(func(id uint64) bool { return id <= through })
+		}
+		if len(p.compacted) > 0 {
+			e.ring.remove(func(id uint64) bool { _, ok := p.compacted[id]; return ok })
+		}
+		e.wake()
+	}
+}
+
+// forget drops the cached states a failed transaction touched. Nothing of it
+// was published, but reloading from the file keeps the cache provably equal
+// to what is on disk. A sandbox with a WAL tail keeps its state: the file
+// does not have all of it, memory does.
+func (s *Store) forget(t *txn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range t.order {
+		if e := s.sandboxes[p.id]; e != nil && e.wal == nil {
+			e.state = nil
+		}
+	}
+}

@@ -1,0 +1,444 @@
+package boltstore
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// stored is a record with the value its events bucket keeps; rec.JSON is
+// the tail of value, so a record costs its bytes once.
+type stored struct {
+	rec   sandbox.Record
+	value []byte
+}
+
+// walTail is what of one sandbox only the WAL holds: published and durable,
+// not yet in its buckets. Its records are the newest of the log: every id
+// above the events bucket's last. The committer changes it under Store.mu.
+type walTail struct {
+	keys      []uint64 // its WAL entries, oldest first
+	recs      []stored
+	bytes     int
+	turns     map[string]*sandbox.Turn
+	approvals map[string]*sandbox.Approval
+}
+
+// walEntryVersion leads every WAL value, so that a later layout can be told
+// apart.
+const walEntryVersion = 1
+
+// walEntry is one request's part of a commit, as the WAL keeps it: the
+// sandbox, the state a mutate left (nil when none ran), and the records.
+type walEntry struct {
+	sandbox string
+	state   []byte
+	recs    []walRecord
+}
+
+type walRecord struct {
+	id    uint64
+	value []byte
+}
+
+// appendWALHeader begins an entry: a version byte, then the
+// uvarint-prefixed sandbox id and state, and the record count. Each record
+// follows as its uvarint id and its uvarint-prefixed events bucket value.
+func appendWALHeader(b []byte, sandboxID string, state []byte, n int) []byte {
+	b = append(b, walEntryVersion)
+	b = binary.AppendUvarint(b, uint64(len(sandboxID)))
+	b = append(b, sandboxID...)
+	b = binary.AppendUvarint(b, uint64(len(state)))
+	b = append(b, state...)
+	return binary.AppendUvarint(b, uint64(n))
+}
+
+var errBadWALEntry = errors.New("malformed WAL entry")
+
+// decodeWALEntry decodes an entry. The slices it returns point into v.
+func decodeWALEntry(v []byte) (walEntry, error) {
+	var e walEntry
+	if len(v) == 0 || v[0] != walEntryVersion {
+		return e, errBadWALEntry
+	}
+	d := walDecoder{b: v[1:]}
+	e.sandbox = string(d.bytes())
+	e.state = d.bytes()
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.b)) {
+		d.err = errBadWALEntry // each record takes at least a byte
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		id := d.uvarint()
+		e.recs = append(e.recs, walRecord{id: id, value: d.bytes()})
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = errBadWALEntry
+	}
+	if len(e.state) == 0 {
+		e.state = nil
+	}
+	return e, d.err
+}
+
+type walDecoder struct {
+	b   []byte
+	err error
+}
+
+func (d *walDecoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errBadWALEntry
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *walDecoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = errBadWALEntry
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+// addWAL encodes the WAL entry of an append whose ids are assigned; flush
+// writes it. The records' values are encoded in place in the entry, which
+// they share from then on.
+func (p *pending) addWAL(state []byte, w *appendWrite) {
+	size := 1 + 3*binary.MaxVarintLen64 + len(p.id) + len(state)
+	for i := range w.events {
+		size += 2*binary.MaxVarintLen64 + w.valueLen(i)
+	}
+	b := appendWALHeader(make([]byte, 0, size), p.id, state, len(w.events))
+	for i := range w.events {
+		b = binary.AppendUvarint(b, w.ids[i])
+		b = binary.AppendUvarint(b, uint64(w.valueLen(i)))
+		start := len(b)
+		b = w.appendValue(b, i)
+		p.recs = append(p.recs, w.storedAt(i, b[start:len(b):len(b)]))
+		p.walBytes += len(b) - start
+	}
+	p.entries = append(p.entries, b)
+}
+
+// putWAL writes a sandbox's WAL entries under the next WAL keys.
+func (t *txn) putWAL(p *pending) error {
+	for _, v := range p.entries {
+		key, err := t.wal.NextSequence()
+		if err != nil {
+			return err
+		}
+		if err := t.wal.Put(idKey(key), v); err != nil {
+			return err
+		}
+		p.walKeys = append(p.walKeys, key)
+		t.walPut++
+	}
+	return nil
+}
+
+// growTail adds what a transaction wrote to the WAL for p to its sandbox's
+// tail. Called by publish, under mu.
+func (s *Store) growTail(e *entry, p *pending) {
+	w := e.wal
+	if w == nil {
+		w = &walTail{}
+		e.wal = w
+		s.tails[p.id] = e
+	}
+	w.keys = append(w.keys, p.walKeys...)
+	w.recs = append(w.recs, p.recs...)
+	w.bytes += p.walBytes
+	s.walRecs += len(p.recs)
+	s.walBytes += p.walBytes
+	if len(p.turns) > 0 && w.turns == nil {
+		w.turns = make(map[string]*sandbox.Turn)
+	}
+	maps.Copy(w.turns, p.turns)
+	if len(p.approvals) > 0 && w.approvals == nil {
+		w.approvals = make(map[string]*sandbox.Approval)
+	}
+	maps.Copy(w.approvals, p.approvals)
+}
+
+// dropTail forgets a sandbox's tail once its buckets hold it (or once the
+// sandbox is gone). Called by publish, under mu.
+func (s *Store) dropTail(e *entry, id string) {
+	if w := e.wal; w != nil {
+		s.walRecs -= len(w.recs)
+		s.walBytes -= w.bytes
+		e.wal = nil
+		if s.tails[id] == e {
+			delete(s.tails, id)
+		}
+	}
+}
+
+// materializeChunk materializes the sandboxes whose tails are the oldest, up
+// to the chunk limits (at least one), in one transaction, and truncates the
+// WAL up to the oldest entry some tail still needs.
+func (s *Store) materializeChunk() error {
+	ids := slices.SortedFunc(maps.Keys(s.tails), func(a, b string) int {
+		return cmp.Compare(s.tails[a].wal.keys[0], s.tails[b].wal.keys[0])
+	})
+	n, recs, size := 0, 0, 0
+	for n < len(ids) && (n == 0 || recs < s.limits.chunkRecords && size < s.limits.chunkBytes) {
+		w := s.tails[ids[n]].wal
+		recs, size, n = recs+len(w.recs), size+w.bytes, n+1
+	}
+	floor := uint64(math.MaxUint64)
+	if n < len(ids) {
+		floor = s.tails[ids[n]].wal.keys[0]
+	}
+	err := s.update(func(t *txn) error {
+		for _, id := range ids[:n] {
+			p, err := t.sandbox(id)
+			if err != nil {
+				return err
+			}
+			if err := t.materialize(p); err != nil {
+				return err
+			}
+		}
+		return t.truncate(floor)
+	}, false)
+	if err == nil && s.afterMaterialize != nil {
+		s.afterMaterialize()
+	}
+	return err
+}
+
+// materializeAll materializes every tail and empties the WAL.
+func (s *Store) materializeAll() error {
+	for len(s.tails) > 0 || s.walLen > 0 {
+		before, recs := s.walLen, s.walRecs
+		if err := s.materializeChunk(); err != nil {
+			return err
+		}
+		if s.walLen == before && s.walRecs == recs && len(s.tails) == 0 {
+			return fmt.Errorf("the WAL holds %d entries that truncation does not reach", s.walLen)
+		}
+	}
+	return nil
+}
+
+// truncate deletes WAL entries with keys below floor, a bounded number per
+// transaction. Every sandbox they concern holds them in its buckets (or is
+// gone).
+func (t *txn) truncate(floor uint64) error {
+	var keys []uint64
+	c := t.wal.Cursor()
+	k, _ := c.First()
+	for ; k != nil && len(keys) < t.s.limits.truncateBatch && keyID(k) < floor; k, _ = c.Next() {
+		keys = append(keys, keyID(k))
+	}
+	for _, key := range keys {
+		if err := t.wal.Delete(idKey(key)); err != nil {
+			return err
+		}
+	}
+	t.walDeleted += len(keys)
+	t.walEmptied = k == nil // and the count kept in memory had better agree
+	if len(keys) > 0 {
+		t.dirty = true
+	}
+	return nil
+}
+
+// replaying is one sandbox as replayWAL brings its buckets up to date.
+type replaying struct {
+	b, events *bbolt.Bucket // nil for a sandbox that no longer exists
+	state     *sandbox.State
+	mark      uint64
+	changed   bool
+	turns     map[string]*sandbox.Turn
+	approvals map[string]*sandbox.Approval
+}
+
+// replayWAL applies every WAL entry that its sandbox's buckets do not hold
+// yet (its key is above the sandbox's WAL mark) and empties the WAL, in the
+// transaction that opens the store. The records go to the events bucket
+// with their ids, the state is redone as the committer did it (the stored
+// post-mutate state, then the fold of each record), and the sequence is set
+// to the last id, so ids continue where they were.
+func replayWAL(tx *bbolt.Tx) (applied int, err error) {
+	wal, err := tx.CreateBucketIfNotExists(bucketWAL)
+	if err != nil {
+		return 0, err
+	}
+	root := tx.Bucket(bucketSandboxes)
+	sbs := make(map[string]*replaying)
+	var order []string
+	var keys []uint64
+	c := wal.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		key := keyID(k)
+		keys = append(keys, key)
+		ent, err := decodeWALEntry(v)
+		if err != nil {
+			return 0, fmt.Errorf("WAL entry %d: %w", key, err)
+		}
+		r := sbs[ent.sandbox]
+		if r == nil {
+			if r, err = openReplaying(root, ent.sandbox); err != nil {
+				return 0, err
+			}
+			sbs[ent.sandbox] = r
+			order = append(order, ent.sandbox)
+		}
+		if r.b == nil || key <= r.mark {
+			continue // dropped since, or materialized
+		}
+		if err := r.apply(ent); err != nil {
+			return 0, fmt.Errorf("WAL entry %d: sandbox %s: %w", key, ent.sandbox, err)
+		}
+		r.mark, r.changed = key, true
+		applied++
+	}
+	for _, id := range order {
+		if r := sbs[id]; r.changed {
+			if err := r.flush(id); err != nil {
+				return 0, err
+			}
+		}
+	}
+	for _, key := range keys {
+		if err := wal.Delete(idKey(key)); err != nil {
+			return 0, err
+		}
+	}
+	return applied, nil
+}
+
+func openReplaying(root *bbolt.Bucket, id string) (*replaying, error) {
+	r := &replaying{}
+	b := root.Bucket([]byte(id))
+	if b == nil {
+		return r, nil
+	}
+	events := b.Bucket(bucketEvents)
+	if events == nil {
+		return nil, fmt.Errorf("sandbox %s: events bucket missing", id)
+	}
+	events.FillPercent = 1
+	st, err := readState(b, id)
+	if err != nil {
+		return nil, err
+	}
+	r.b, r.events, r.state, r.mark = b, events, st, readWALMark(b)
+	return r, nil
+}
+
+func (r *replaying) apply(ent walEntry) error {
+	st := r.state
+	if ent.state != nil {
+		mutated := new(sandbox.State)
+		if err := json.Unmarshal(ent.state, mutated); err != nil {
+			return fmt.Errorf("decode state: %w", err)
+		}
+		mutated.Sandbox.LastEventID = st.Sandbox.LastEventID
+		mutated.Sandbox.OldestEventID = st.Sandbox.OldestEventID
+		mutated.Sandbox.PrunedThrough = st.Sandbox.PrunedThrough
+		st = mutated
+		if c := st.Sandbox.CurrentTurn; c != nil {
+			r.putTurn(cloneTurn(c))
+		}
+		if st.Turn != nil {
+			r.putTurn(st.Turn)
+		}
+	}
+	for _, wr := range ent.recs {
+		if want := uint64(st.Sandbox.LastEventID) + 1; wr.id != want {
+			return fmt.Errorf("event %d where %d was next", wr.id, want)
+		}
+		rec, err := decodeRecord(idKey(wr.id), wr.value)
+		if err != nil {
+			return err
+		}
+		ev, err := rec.Decode()
+		if err != nil {
+			return fmt.Errorf("event %d: %w", wr.id, err)
+		}
+		if err := r.events.Put(idKey(wr.id), bytes.Clone(wr.value)); err != nil {
+			return err
+		}
+		turn, appr := st.Apply(&ev)
+		if turn != nil {
+			r.putTurn(turn)
+		}
+		if appr != nil {
+			if r.approvals == nil {
+				r.approvals = make(map[string]*sandbox.Approval)
+			}
+			r.approvals[appr.ID] = appr
+		}
+	}
+	r.state = st
+	return nil
+}
+
+func (r *replaying) putTurn(t *sandbox.Turn) {
+	if r.turns == nil {
+		r.turns = make(map[string]*sandbox.Turn)
+	}
+	r.turns[t.ID] = t
+}
+
+func (r *replaying) flush(id string) error {
+	if err := r.events.SetSequence(uint64(r.state.Sandbox.LastEventID)); err != nil {
+		return err
+	}
+	meta, err := json.Marshal(r.state.Sandbox)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: encode meta: %w", id, err)
+	}
+	state, err := json.Marshal(r.state)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: encode state: %w", id, err)
+	}
+	if err := r.b.Put(keyMeta, meta); err != nil {
+		return err
+	}
+	if err := r.b.Put(keyState, state); err != nil {
+		return err
+	}
+	if err := r.b.Put(keyWALMark, idKey(r.mark)); err != nil {
+		return err
+	}
+	if err := putJSON(r.b.Bucket(bucketTurns), r.turns); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if err := putJSON(r.b.Bucket(bucketApprovals), r.approvals); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+func readWALMark(b *bbolt.Bucket) uint64 {
+	if v := b.Get(keyWALMark); len(v) == 8 {
+		return keyID(v)
+	}
+	return 0
+}

@@ -266,7 +266,7 @@ func (m *Main) Run(ctx context.Context) error {
 func (m *Main) openStore(ctx context.Context) (st Store, where string, err error) {
 	if m.StoreURL == "" {
 		where = filepath.Join(m.DataDir, "sparkles.db")
-		bs, err := boltstore.Open(where, boltstore.Options{Timeout: time.Second, Logger: m.Logger})
+		bs, err := boltstore.Open(where, boltstore.Options{Timeout: time.Second, Logger: m.Logger, Observer: m.Metrics})
 		if err != nil {
 			return nil, "", err
 		}

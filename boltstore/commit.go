@@ -180,8 +180,9 @@ func (b *batch) answer() {
 
 // flight is a prepared batch whose transaction is running.
 type flight struct {
-	b    *batch
-	done chan error
+	b     *batch
+	done  chan error
+	start time.Time
 }
 
 // launch starts the transaction of a prepared batch, holding commitMu until
@@ -195,7 +196,7 @@ func (s *Store) launch(b *batch) *flight {
 		return nil
 	}
 	s.commitMu.Lock()
-	fl := &flight{b: b, done: make(chan error, 1)}
+	fl := &flight{b: b, done: make(chan error, 1), start: time.Now()}
 	go func() {
 		fl.done <- s.db.Update(func(tx *bbolt.Tx) error {
 			if err := b.t.begin(tx); err != nil {
@@ -223,6 +224,7 @@ func (s *Store) land(fl *flight, err error) {
 			s.afterCommit(b.t.lastIDs())
 		}
 		s.publish(b.t)
+		s.observe(b.t, time.Since(fl.start))
 	}
 	s.commitMu.Unlock()
 	b.answer()
@@ -357,6 +359,7 @@ func (s *Store) update(fn func(t *txn) error, hook bool) error {
 	defer s.commitMu.Unlock()
 
 	t := &txn{s: s, pending: make(map[string]*pending)}
+	start := time.Now()
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		if err := t.begin(tx); err != nil {
 			return err
@@ -391,7 +394,25 @@ func (s *Store) update(fn func(t *txn) error, hook bool) error {
 		s.afterCommit(t.lastIDs())
 	}
 	s.publish(t)
+	if hook {
+		s.observe(t, time.Since(start))
+	}
 	return nil
+}
+
+// observe tells the observer about a commit of callers' writes that made
+// events durable.
+func (s *Store) observe(t *txn, took time.Duration) {
+	if s.observer == nil {
+		return
+	}
+	n := 0
+	for _, p := range t.order {
+		n += len(p.recs)
+	}
+	if n > 0 {
+		s.observer.Commit(n, took)
+	}
 }
 
 // publish makes a committed transaction visible: resources, states, recent

@@ -34,6 +34,15 @@ type Options struct {
 	MaxBatch int
 	// Now stamps events appended without a ts (default time.Now).
 	Now func() time.Time
+	// Observer is told of every commit of appends, for metrics; nil
+	// observes nothing.
+	Observer Observer
+}
+
+// Observer is told how many events one group commit made durable and how
+// long its transaction took to commit and sync.
+type Observer interface {
+	Commit(events int, took time.Duration)
 }
 
 // When the committer moves the WAL into the sandboxes' buckets (see doc.go,
@@ -65,6 +74,7 @@ type Store struct {
 	cacheSize int
 	maxBatch  int
 	limits    walLimits
+	observer  Observer // nil observes nothing
 
 	reqs    chan *request
 	closeMu sync.RWMutex // held for reading while a request is queued
@@ -197,6 +207,7 @@ func open(path string, opts Options, limits walLimits) (*Store, error) {
 		cacheSize: opts.CacheSize,
 		maxBatch:  opts.MaxBatch,
 		limits:    limits,
+		observer:  opts.Observer,
 		reqs:      make(chan *request, opts.MaxBatch),
 		sandboxes: make(map[string]*entry),
 		tails:     make(map[string]*entry),

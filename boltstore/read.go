@@ -237,7 +237,7 @@ func (s *Store) State(ctx context.Context, id string) (sandbox.State, error) {
 	if err != nil {
 		return sandbox.State{}, err
 	}
-	return *cloneState(st), nil
+	return *st.Clone(), nil
 }
 
 // Sandbox returns the published sandbox resource with its watermarks.
@@ -248,7 +248,7 @@ func (s *Store) Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return cloneSandbox(e.sb), nil
+	return e.sb.Clone(), nil
 }
 
 // Sandboxes lists sandboxes in id order, which is creation order.
@@ -291,7 +291,7 @@ func (s *Store) Sandboxes(ctx context.Context, after string, limit int) ([]sandb
 	defer s.mu.Unlock()
 	for i := range list {
 		if e := s.sandboxes[list[i].ID]; e != nil {
-			list[i] = cloneSandbox(e.sb)
+			list[i] = e.sb.Clone()
 		}
 	}
 	return list, more, nil
@@ -316,7 +316,7 @@ func (s *Store) Turn(ctx context.Context, sandboxID, turnID string) (sandbox.Tur
 	s.mu.Lock()
 	if e := s.sandboxes[sandboxID]; e != nil && e.wal != nil {
 		if t := e.wal.turns[turnID]; t != nil {
-			c := cloneTurn(t)
+			c := t.Clone()
 			s.mu.Unlock()
 			return *c, nil
 		}

@@ -33,7 +33,7 @@ func TestStateFold(t *testing.T) {
 		// A turn exists before its turn.started when the coordinator queues
 		// it in the state; it is addressable by id from then on.
 		err := s.Append(ctx, "c_1", nil, func(st *sandbox.State) error {
-			st.Sandbox.CurrentTurn = cloneTurn(&queued)
+			st.Sandbox.CurrentTurn = (&queued).Clone()
 			return nil
 		})
 		if err != nil {
@@ -154,7 +154,7 @@ func TestStateFold(t *testing.T) {
 		// A client that folds the log from a snapshot taken while the turn
 		// was queued reaches the same state.
 		fold := sandbox.State{Sandbox: newSandbox("c_1")}
-		fold.Sandbox.CurrentTurn = cloneTurn(&queued)
+		fold.Sandbox.CurrentTurn = (&queued).Clone()
 		for _, rec := range mustRead(t, s, "c_1", 0, 1000) {
 			ev, err := rec.Decode()
 			if err != nil {

@@ -347,7 +347,7 @@ func (s *Store) Create(ctx context.Context, sb sandbox.Sandbox, config []byte) e
 	if sb.ID == "" {
 		return sandbox.Errorf(sandbox.EInvalidRequest, "create sandbox: id is empty")
 	}
-	return s.submit(ctx, &createWrite{sb: cloneSandbox(sb), config: append([]byte{}, config...)})
+	return s.submit(ctx, &createWrite{sb: sb.Clone(), config: append([]byte{}, config...)})
 }
 
 // Drop removes a sandbox whole: record, state, log.

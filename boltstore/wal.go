@@ -363,7 +363,7 @@ func (r *replaying) apply(ent walEntry) error {
 		mutated.Sandbox.PrunedThrough = st.Sandbox.PrunedThrough
 		st = mutated
 		if c := st.Sandbox.CurrentTurn; c != nil {
-			r.putTurn(cloneTurn(c))
+			r.putTurn(c.Clone())
 		}
 		if st.Turn != nil {
 			r.putTurn(st.Turn)

@@ -116,7 +116,7 @@ func appendTurn(tb testing.TB, s *Store, id, turn string, done bool) {
 	tb.Helper()
 	queued := &sandbox.Turn{ID: turn, Object: "turn", SandboxID: id, Status: sandbox.TurnQueued, Input: sandbox.TextInput("hi"), CreatedAt: testNow}
 	mustMutate(tb, s, id, nil, func(st *sandbox.State) error {
-		st.Sandbox.CurrentTurn = cloneTurn(queued)
+		st.Sandbox.CurrentTurn = queued.Clone()
 		return nil
 	})
 	mustAppend(tb, s, id, &sandbox.Event{Type: sandbox.TypeTurnStarted, TurnID: turn, Data: &sandbox.TurnStarted{Input: sandbox.TextInput("hi")}})

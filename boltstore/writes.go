@@ -40,7 +40,7 @@ func (w *appendWrite) apply(t *txn) (reqErr, txErr error) {
 	if w.mutate != nil {
 		// mutate may fail half-way: it changes a copy that is kept only if
 		// it succeeds.
-		st = cloneState(p.state)
+		st = p.state.Clone()
 		if err := callMutate(t.s.log, w.mutate, st); err != nil {
 			return err, nil
 		}
@@ -95,7 +95,7 @@ func (w *appendWrite) apply(t *txn) (reqErr, txErr error) {
 // same with the state it stored.
 func mutatedTurns(p *pending, st *sandbox.State) {
 	if c := st.Sandbox.CurrentTurn; c != nil {
-		p.putTurn(cloneTurn(c))
+		p.putTurn(c.Clone())
 	}
 	if st.Turn != nil {
 		p.putTurn(st.Turn)

@@ -124,7 +124,7 @@ func (c *changes) add(t *sandbox.Turn, a *sandbox.Approval) {
 // changed, wins over it.
 func (c *changes) addMutated(st *sandbox.State) {
 	if t := st.Sandbox.CurrentTurn; t != nil {
-		c.add(cloneTurn(t), nil)
+		c.add(t.Clone(), nil)
 	}
 	if st.Turn != nil {
 		c.add(st.Turn, nil)
@@ -197,7 +197,7 @@ func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, muta
 	if err != nil {
 		return nil, err
 	}
-	work := cloneState(st)
+	work := st.Clone()
 	var ch changes
 	if mutate != nil {
 		if err := runMutate(s.log, mutate, work); err != nil {
@@ -405,7 +405,7 @@ func (s *Store) loadForWrite(ctx context.Context, e *entry) (*sandbox.State, uin
 			s.setTip(e, rev, tip)
 			return st, rev, tip, nil
 		}
-		work := cloneState(st)
+		work := st.Clone()
 		var ch changes
 		n, err := s.foldRange(ctx, e.id, work, uint64(st.Sandbox.LastEventID)+1, tip, nil, &ch)
 		if err != nil {
@@ -487,7 +487,7 @@ func (s *Store) refold(ctx context.Context, e *entry, mutate func(*sandbox.State
 	if tip, err = s.lastSeq(ctx, s.subject(e.id), 0); err != nil {
 		return nil, 0, 0, ch, err
 	}
-	work = cloneState(st)
+	work = st.Clone()
 	var first uint64
 	if len(seqs) > 0 {
 		first = seqs[0]

@@ -50,7 +50,7 @@ func (s *Store) Create(ctx context.Context, sb sandbox.Sandbox, config []byte) e
 	if _, err := s.kv.Put(ctx, configKey(id), config); err != nil {
 		return fmt.Errorf("create sandbox %s: store config: %w", id, err)
 	}
-	st := &sandbox.State{Sandbox: cloneSandbox(sb)}
+	st := &sandbox.State{Sandbox: sb.Clone()}
 	st.Sandbox.LastEventID, st.Sandbox.OldestEventID, st.Sandbox.PrunedThrough = 0, 0, 0
 	data, err := json.Marshal(st)
 	if err != nil {
@@ -223,7 +223,7 @@ func (s *Store) State(ctx context.Context, id string) (sandbox.State, error) {
 			return sandbox.State{}, err
 		}
 	}
-	return *cloneState(st), nil
+	return *st.Clone(), nil
 }
 
 // Sandbox returns the sandbox resource with its watermarks.
@@ -238,7 +238,7 @@ func (s *Store) Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return cloneSandbox(e.sb), nil
+	return e.sb.Clone(), nil
 }
 
 // Sandboxes lists sandboxes in id order, which is creation order, from
@@ -260,7 +260,7 @@ func (s *Store) Sandboxes(ctx context.Context, after string, limit int) ([]sandb
 	end := min(i+limit, len(s.ids))
 	list := make([]sandbox.Sandbox, 0, end-i)
 	for _, id := range s.ids[i:end] {
-		list = append(list, cloneSandbox(s.sandboxes[id].sb))
+		list = append(list, (s.sandboxes[id].sb).Clone())
 	}
 	return list, end < len(s.ids), nil
 }

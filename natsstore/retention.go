@@ -53,7 +53,7 @@ func (s *Store) Prune(ctx context.Context, id string, through uint64, batch int)
 		if err != nil {
 			return 0, fmt.Errorf("prune %s: %w", id, err)
 		}
-		work := cloneState(st)
+		work := st.Clone()
 		work.Sandbox.PrunedThrough, work.Sandbox.OldestEventID = sandbox.Seq(high), sandbox.Seq(oldest)
 		newRev, err := s.commit(ctx, id, work, rev, changes{})
 		if isConflict(err) && attempt < maxConflicts {
@@ -160,7 +160,7 @@ func (s *Store) Compact(ctx context.Context, id string, ids []uint64) (removed i
 		if oldest == uint64(st.Sandbox.OldestEventID) {
 			return removed, nil
 		}
-		work := cloneState(st)
+		work := st.Clone()
 		work.Sandbox.OldestEventID = sandbox.Seq(oldest)
 		newRev, err := s.commit(ctx, id, work, rev, changes{})
 		if isConflict(err) && attempt < maxConflicts {

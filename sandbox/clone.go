@@ -1,20 +1,19 @@
-package natsstore
+package sandbox
 
 import (
 	"maps"
 	"slices"
-
-	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// The published state of a sandbox is shared by every reader and is never
-// changed in place: writers change a clone and publish it, readers get a
-// clone. These copy every slice, map and pointer a caller could write through.
+// Stores share a published state with every reader and never change it in
+// place: writers change a clone and publish it, readers get a clone. These
+// copy every slice, map and pointer a caller could write through.
 
-func cloneState(s *sandbox.State) *sandbox.State {
-	c := &sandbox.State{
-		Sandbox:   cloneSandbox(s.Sandbox),
-		Turn:      cloneTurn(s.Turn),
+// Clone returns a deep copy of the state.
+func (s *State) Clone() *State {
+	c := &State{
+		Sandbox:   s.Sandbox.Clone(),
+		Turn:      s.Turn.Clone(),
 		Messages:  slices.Clone(s.Messages),
 		Tools:     slices.Clone(s.Tools),
 		Approvals: slices.Clone(s.Approvals),
@@ -28,13 +27,15 @@ func cloneState(s *sandbox.State) *sandbox.State {
 	return c
 }
 
-func cloneSandbox(sb sandbox.Sandbox) sandbox.Sandbox {
+// Clone returns a deep copy of the sandbox resource.
+func (sb Sandbox) Clone() Sandbox {
 	sb.Metadata = maps.Clone(sb.Metadata)
-	sb.CurrentTurn = cloneTurn(sb.CurrentTurn)
+	sb.CurrentTurn = sb.CurrentTurn.Clone()
 	return sb
 }
 
-func cloneTurn(t *sandbox.Turn) *sandbox.Turn {
+// Clone returns a deep copy of the turn; nil stays nil.
+func (t *Turn) Clone() *Turn {
 	if t == nil {
 		return nil
 	}
@@ -45,7 +46,7 @@ func cloneTurn(t *sandbox.Turn) *sandbox.Turn {
 	return &c
 }
 
-func cloneLocations(locs []sandbox.Location) []sandbox.Location {
+func cloneLocations(locs []Location) []Location {
 	locs = slices.Clone(locs)
 	for i := range locs {
 		locs[i].Line = clonePtr(locs[i].Line)

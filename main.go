@@ -47,6 +47,7 @@ func newApp() *cli.App {
 			newDenyCommand(),
 			newCancelCommand(),
 			newDBCommand(),
+			newBenchCommand(),
 		},
 		HideHelpCommand: true,
 	}

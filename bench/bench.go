@@ -1,0 +1,402 @@
+// Package bench measures a Sparkles server end to end on the machine it runs
+// on: durable appends, append-to-SSE latency, fan-out, idle connections,
+// replay and slow readers. Each scenario starts its own server (boltstore on
+// a temporary file, a coordinator without agents, the HTTP server on
+// 127.0.0.1:0) and drives it with a loopback client, and reports figures
+// with the conditions they were measured under and the target each is held
+// to. `sparkles bench` prints them; the package's tests run every scenario
+// at tiny sizes so none of them can rot.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Config chooses what to run and where.
+type Config struct {
+	// Scenarios are the names to run, in any order; empty runs them all.
+	Scenarios []string
+	// Short runs every scenario at tiny sizes: it checks that each works,
+	// and its figures mean little.
+	Short bool
+	// Dir holds the scenarios' store files (default os.TempDir()). Put it
+	// on the disk to be measured.
+	Dir string
+	// ChildCommand starts this program as the server of the idle and stall
+	// scenarios: it must call RunChild when EnvChild is set (sparkles runs
+	// `sparkles bench`; a test binary runs itself).
+	ChildCommand []string
+	// Log receives progress lines and the servers' errors; nil discards.
+	Log io.Writer
+	// ProfileDir, when set, receives a CPU profile of each scenario
+	// (NAME.cpu.pprof: client and server together where they share the
+	// process) and the child server's heap and goroutine profiles at the
+	// moment its memory is measured (NAME-server.heap.pprof, ...).
+	ProfileDir string
+}
+
+// Figure is one measured value.
+type Figure struct {
+	Scenario   string  `json:"scenario"`
+	Name       string  `json:"name"`
+	Value      float64 `json:"value"`
+	Unit       string  `json:"unit"`
+	Conditions string  `json:"conditions"`
+	// Target is what the value is held to, as text; empty when none.
+	Target string `json:"target,omitempty"`
+	// Met tells whether Value meets Target; nil when there is no target.
+	Met *bool `json:"met,omitempty"`
+}
+
+// Report is the result of a run.
+type Report struct {
+	Date    time.Time `json:"date"`
+	Machine Machine   `json:"machine"`
+	Short   bool      `json:"short"`
+	// Note says how client and server share the machine.
+	Note    string    `json:"note"`
+	Figures []Figure  `json:"figures"`
+	Runs    []RunInfo `json:"runs"`
+}
+
+// RunInfo says how one scenario ran. The load average at its start tells
+// whether something else was using the machine's CPUs.
+type RunInfo struct {
+	Scenario string  `json:"scenario"`
+	Seconds  float64 `json:"seconds"`
+	Load1    float64 `json:"load1"` // 1-minute load average at the start, -1 if unknown
+}
+
+// Machine is what the figures were measured on.
+type Machine struct {
+	CPU        string `json:"cpu"`
+	NumCPU     int    `json:"num_cpu"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	Go         string `json:"go"`
+	OS         string `json:"os"`
+	Dir        string `json:"dir"`
+}
+
+// scenario is one named measurement.
+type scenario struct {
+	name  string
+	about string
+	run   func(ctx context.Context, r *runner) error
+	// limit bounds the whole scenario, so a run always ends by itself.
+	limit time.Duration
+}
+
+var scenarios = []scenario{
+	{"append", "durable appends/s through coordinator.AppendEvents with 1, 16, 256 concurrent sandboxes", runAppend, 5 * time.Minute},
+	{"latency", "append-to-SSE delivery latency, idle and at 10,000 events/s", runLatency, 5 * time.Minute},
+	{"fanout", "one sandbox, 1,000 SSE subscribers: deliveries/s and latency", runFanout, 5 * time.Minute},
+	{"idle", "10,000 idle SSE connections: server memory per connection", runIdle, 5 * time.Minute},
+	{"replay", "replay of a 100,000-event log over SSE and JSON pages", runReplay, 10 * time.Minute},
+	{"stall", "a reader that never reads while others stream: server memory growth", runStall, 5 * time.Minute},
+}
+
+// Names lists the scenarios in the order they run.
+func Names() []string {
+	names := make([]string, len(scenarios))
+	for i, s := range scenarios {
+		names[i] = s.name
+	}
+	return names
+}
+
+// runner is what a scenario measures with.
+type runner struct {
+	cfg     Config
+	name    string
+	figures []Figure
+}
+
+// pick returns full or, in short mode, short.
+func pick[T any](r *runner, full, short T) T {
+	if r.cfg.Short {
+		return short
+	}
+	return full
+}
+
+func (r *runner) add(f Figure) {
+	f.Scenario = r.name
+	r.figures = append(r.figures, f)
+}
+
+func (r *runner) logf(format string, args ...any) {
+	if r.cfg.Log != nil {
+		fmt.Fprintf(r.cfg.Log, "bench %s: %s\n", r.name, fmt.Sprintf(format, args...))
+	}
+}
+
+// tempDir makes a directory for one server's files under cfg.Dir.
+func (r *runner) tempDir() (dir string, cleanup func(), err error) {
+	dir, err = os.MkdirTemp(r.cfg.Dir, "sparkles-bench-"+r.name+"-")
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
+}
+
+// startCPUProfile profiles this process into ProfileDir, if set, until
+// the returned function is called.
+func (r *runner) startCPUProfile() (stop func() error, err error) {
+	if r.cfg.ProfileDir == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(filepath.Join(r.cfg.ProfileDir, r.name+".cpu.pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
+
+// startChild starts a child server for this scenario and, if ProfileDir is
+// set, profiles its CPU into NAME-server.cpu.pprof until it is closed.
+func (r *runner) startChild(ctx context.Context, dir string) (*child, error) {
+	c, err := startChild(ctx, r.cfg.ChildCommand, dir)
+	if err != nil || r.cfg.ProfileDir == "" {
+		return c, err
+	}
+	path, err := filepath.Abs(filepath.Join(r.cfg.ProfileDir, r.name+"-server.cpu.pprof"))
+	if err == nil {
+		_, err = c.do(ctx, childRequest{Op: "cpu", Path: path})
+	}
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// serverProfile asks a child server for its heap and goroutine profiles,
+// if ProfileDir is set.
+func (r *runner) serverProfile(ctx context.Context, c *child) error {
+	if r.cfg.ProfileDir == "" {
+		return nil
+	}
+	dir, err := filepath.Abs(r.cfg.ProfileDir)
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, childRequest{Op: "profile", Path: filepath.Join(dir, r.name+"-server")})
+	return err
+}
+
+// Run runs the chosen scenarios one after the other and reports their
+// figures. A scenario that fails ends the run with its error, and the
+// figures measured so far.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Dir == "" {
+		cfg.Dir = os.TempDir()
+	}
+	for _, name := range cfg.Scenarios {
+		if !slices.Contains(Names(), name) {
+			return nil, fmt.Errorf("unknown scenario %q; there are: %s", name, strings.Join(Names(), ", "))
+		}
+	}
+	rep := &Report{
+		Date:    time.Now().UTC().Truncate(time.Second),
+		Machine: machine(cfg.Dir),
+		Short:   cfg.Short,
+	}
+	rep.Note = fmt.Sprintf("client and server share this machine's %d CPUs (GOMAXPROCS=%d): append, latency, fanout and replay "+
+		"run both in one process; idle, stall and the second half of fanout run the server as a child process "+
+		"(memory read from its /proc status)",
+		rep.Machine.NumCPU, rep.Machine.GOMAXPROCS)
+	for _, s := range scenarios {
+		if len(cfg.Scenarios) > 0 && !slices.Contains(cfg.Scenarios, s.name) {
+			continue
+		}
+		r := &runner{cfg: cfg, name: s.name}
+		r.logf("%s", s.about)
+		stopProfile, err := r.startCPUProfile()
+		if err != nil {
+			return rep, err
+		}
+		sctx, cancel := context.WithTimeout(ctx, s.limit)
+		load := loadAverage()
+		start := time.Now()
+		err = s.run(sctx, r)
+		cancel()
+		if perr := stopProfile(); err == nil {
+			err = perr
+		}
+		rep.Figures = append(rep.Figures, r.figures...)
+		rep.Runs = append(rep.Runs, RunInfo{Scenario: s.name, Seconds: time.Since(start).Seconds(), Load1: load})
+		if err != nil {
+			return rep, fmt.Errorf("scenario %s: %w", s.name, err)
+		}
+		r.logf("done in %s", time.Since(start).Round(time.Millisecond))
+	}
+	return rep, nil
+}
+
+func machine(dir string) Machine {
+	return Machine{
+		CPU:        cpuModel(),
+		NumCPU:     runtime.NumCPU(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0),
+		Go:         runtime.Version(),
+		OS:         runtime.GOOS + "/" + runtime.GOARCH,
+		Dir:        dir,
+	}
+}
+
+// loadAverage is the 1-minute load average, -1 where there is none.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	for line := range strings.Lines(string(b)) {
+		if name, value, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(name) == "model name" {
+			return strings.TrimSpace(value)
+		}
+	}
+	return "unknown"
+}
+
+// WriteJSON writes the report as one indented JSON document.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// WriteTable writes the report as a table for people.
+func (rep *Report) WriteTable(w io.Writer) error {
+	m := rep.Machine
+	fmt.Fprintf(w, "sparkles bench, %s, %s, %s\n", rep.Date.Format(time.RFC3339), m.OS, m.Go)
+	fmt.Fprintf(w, "machine: %s, %d CPUs; store files in %s\n", m.CPU, m.NumCPU, m.Dir)
+	fmt.Fprintf(w, "note: %s\n", rep.Note)
+	if rep.Short {
+		fmt.Fprintln(w, "note: --short: tiny sizes that check each scenario runs; the figures are not meaningful")
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tFIGURE\tVALUE\tTARGET\tMET\tCONDITIONS")
+	for _, f := range rep.Figures {
+		met := ""
+		if f.Met != nil {
+			met = "no"
+			if *f.Met {
+				met = "yes"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Scenario, f.Name, formatValue(f.Value, f.Unit), f.Target, met, f.Conditions)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	for _, run := range rep.Runs {
+		load := "unknown"
+		if run.Load1 >= 0 {
+			load = fmt.Sprintf("%.2f", run.Load1)
+		}
+		fmt.Fprintf(w, "ran %s in %.0fs; load average at its start: %s (%d CPUs)\n", run.Scenario, run.Seconds, load, m.NumCPU)
+	}
+	return nil
+}
+
+// formatValue prints a value with its unit, at a precision that suits it.
+func formatValue(v float64, unit string) string {
+	return strings.TrimSpace(formatNumber(v, unit) + " " + unit)
+}
+
+func formatNumber(v float64, unit string) string {
+	switch unit {
+	case "ms":
+		return fmt.Sprintf("%.2f", v)
+	case "KiB", "MiB":
+		return fmt.Sprintf("%.1f", v)
+	}
+	switch {
+	case v >= 100:
+		return thousands(int64(v + 0.5))
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// thousands writes n with a comma every three digits.
+func thousands(n int64) string {
+	if n < 0 {
+		return "-" + thousands(-n)
+	}
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// Target checks.
+
+func atLeast(v, target float64) *bool { ok := v >= target; return &ok }
+func below(v, target float64) *bool   { ok := v < target; return &ok }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func perSecond(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// sleepCtx waits for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

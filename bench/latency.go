@@ -1,0 +1,163 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// runLatency measures append-to-delivery latency, idle (one event at a
+// time, each delivered before the next is appended) and under a steady load
+// spread over many sandboxes with a subscriber each.
+func runLatency(ctx context.Context, r *runner) error {
+	dir, cleanup, err := r.tempDir()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	l, err := startLocal(dir, newLogger(r.cfg.Log))
+	if err != nil {
+		return err
+	}
+	defer l.close()
+
+	n, spacing := pick(r, 2000, 50), pick(r, 5*time.Millisecond, time.Millisecond)
+	h, err := idleLatency(ctx, l, n, spacing)
+	if err != nil {
+		return fmt.Errorf("idle: %w", err)
+	}
+	latencyFigures(r, "idle", &h, 5*time.Millisecond,
+		fmt.Sprintf("1 sandbox, 1 subscriber, one event at a time, %s apart", spacing))
+
+	sandboxes, rate, d := pick(r, 100, 10), pick(r, 10000.0, 1000.0), pick(r, 10*time.Second, 500*time.Millisecond)
+	res, err := loadLatency(ctx, l, sandboxes, rate, d)
+	if err != nil {
+		return fmt.Errorf("load: %w", err)
+	}
+	r.add(Figure{Name: "load: achieved rate", Value: res.rate, Unit: "events/s",
+		Conditions: fmt.Sprintf("offered %.0f events/s for %s: %d sandboxes, each paced by a ticker", rate, d, sandboxes)})
+	latencyFigures(r, fmt.Sprintf("at %.0f/s", rate), &res.hist, 50*time.Millisecond,
+		fmt.Sprintf("%d sandboxes, a subscriber each, %.0f events/s offered", sandboxes, rate))
+	return nil
+}
+
+func idleLatency(ctx context.Context, l *local, n int, spacing time.Duration) (histogram, error) {
+	ids, err := createSandboxes(ctx, l.coord, 1)
+	if err != nil {
+		return histogram{}, err
+	}
+	sub, err := subscribe(ctx, l.addr, l.token, ids[0], -1)
+	if err != nil {
+		return histogram{}, err
+	}
+	tick := time.NewTicker(spacing)
+	defer tick.Stop()
+	for range n {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			sub.close()
+			return histogram{}, ctx.Err()
+		}
+		ev := newEvent(eventSize)
+		if err := l.coord.AppendEvents(ctx, ids[0], ev); err != nil {
+			sub.close()
+			return histogram{}, err
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := sub.waitFor(wctx, ev.ID)
+		cancel()
+		if err != nil {
+			sub.close()
+			return histogram{}, err
+		}
+	}
+	h, _, err := closeAll([]*subscriber{sub})
+	return h, err
+}
+
+type loadResult struct {
+	rate float64
+	hist histogram
+}
+
+// loadLatency appends rate events/s spread evenly over sandboxes for d,
+// one goroutine and ticker per sandbox, each append waiting for
+// durability; a subscriber per sandbox records the latencies.
+func loadLatency(ctx context.Context, l *local, sandboxes int, rate float64, d time.Duration) (loadResult, error) {
+	ids, err := createSandboxes(ctx, l.coord, sandboxes)
+	if err != nil {
+		return loadResult{}, err
+	}
+	subs, err := subscribeAll(ctx, l.addr, l.token, ids)
+	if err != nil {
+		return loadResult{}, err
+	}
+	lasts, appended, elapsed, err := paced(ctx, l, ids, rate, d)
+	if err != nil {
+		closeAll(subs)
+		return loadResult{}, err
+	}
+	if err := waitAll(ctx, subs, lasts); err != nil {
+		closeAll(subs)
+		return loadResult{}, err
+	}
+	h, _, err := closeAll(subs)
+	return loadResult{rate: perSecond(appended, elapsed), hist: h}, err
+}
+
+// paced appends to each of ids on its own ticker, at rate events/s over
+// all of them, for d. It returns the last id appended to each sandbox.
+func paced(ctx context.Context, l *local, ids []string, rate float64, d time.Duration) (lasts []uint64, appended int64, elapsed time.Duration, err error) {
+	every := time.Duration(float64(time.Second) * float64(len(ids)) / rate)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	lasts = make([]uint64, len(ids))
+	var count atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for i, id := range ids {
+		wg.Go(func() {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case now := <-t.C:
+					if now.After(deadline) {
+						return
+					}
+				}
+				ev := newEvent(eventSize)
+				if err := l.coord.AppendEvents(ctx, id, ev); err != nil {
+					cancel(err)
+					return
+				}
+				lasts[i] = ev.ID
+				count.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed = time.Since(start)
+	if err := context.Cause(ctx); err != nil {
+		return nil, 0, 0, err
+	}
+	return lasts, count.Load(), elapsed, nil
+}
+
+// waitAll waits until each subscriber has read the last id of its sandbox.
+func waitAll(ctx context.Context, subs []*subscriber, lasts []uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for i, sub := range subs {
+		if err := sub.waitFor(ctx, lasts[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

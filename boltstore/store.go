@@ -177,7 +177,14 @@ func open(path string, opts Options, limits walLimits) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.Timeout})
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout: opts.Timeout,
+		// The freelist grows with every page retention frees; writing it at
+		// every commit made appends after a large prune several times slower.
+		// bbolt rebuilds it from the pages on open instead (as etcd does).
+		NoFreelistSync: true,
+		FreelistType:   bbolt.FreelistMapType,
+	})
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return nil, fmt.Errorf("event store %s is in use by another sparkles process; stop that process or use another data dir (%w)", path, err)
 	}

@@ -88,8 +88,8 @@ func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([
 		return nil, err
 	}
 	s.mu.Lock()
-	marks := marksOf(e.sb)
-	if err := cursorErr(id, after, marks); err != nil {
+	marks := e.sb.Marks()
+	if err := marks.CheckCursor(id, after); err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int
 		}
 		if disk.PrunedThrough > marks.PrunedThrough {
 			marks.PrunedThrough, marks.OldestEventID = disk.PrunedThrough, disk.OldestEventID
-			if err := cursorErr(id, after, marks); err != nil {
+			if err := marks.CheckCursor(id, after); err != nil {
 				return err
 			}
 		}
@@ -170,30 +170,6 @@ func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int
 		return nil, err
 	}
 	return recs, nil
-}
-
-func marksOf(sb sandbox.Sandbox) sandbox.Marks {
-	return sandbox.Marks{OldestEventID: sb.OldestEventID, PrunedThrough: sb.PrunedThrough, LastEventID: sb.LastEventID}
-}
-
-func cursorErr(id string, after uint64, m sandbox.Marks) error {
-	if after != 0 && after < uint64(m.PrunedThrough) {
-		return &sandbox.Error{
-			Type: sandbox.ECursorPruned,
-			Message: fmt.Sprintf("cursor %d is older than the retained log of sandbox %s (pruned through %d); "+
-				"read GET /v1/sandboxes/%s and the events page, then reconnect", after, id, m.PrunedThrough, id),
-			Marks: &m,
-		}
-	}
-	if after > uint64(m.LastEventID) {
-		return &sandbox.Error{
-			Type: sandbox.ECursorStale,
-			Message: fmt.Sprintf("cursor %d is beyond the last event of sandbox %s (%d); it does not come from this log. "+
-				"Read GET /v1/sandboxes/%s and the events page, then reconnect", after, id, m.LastEventID, id),
-			Marks: &m,
-		}
-	}
-	return nil
 }
 
 // Head returns the published tip of the log and the sandbox's status.

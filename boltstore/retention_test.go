@@ -17,7 +17,7 @@ func wantMarks(t *testing.T, s *Store, id string, want sandbox.Marks) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := marksOf(sb); got != want {
+	if got := sb.Marks(); got != want {
 		t.Fatalf("marks = %+v, want %+v", got, want)
 	}
 	st, err := s.State(context.Background(), id)
@@ -204,8 +204,8 @@ func TestPruneConcurrent(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("retained %v, want %v (pruned through %d)", got, want, through)
 	}
-	if want := (sandbox.Marks{OldestEventID: sandbox.Seq(want[0]), PrunedThrough: sb.PrunedThrough, LastEventID: sandbox.Seq(appended[len(appended)-1])}); marksOf(sb) != want {
-		t.Fatalf("marks = %+v, want %+v", marksOf(sb), want)
+	if want := (sandbox.Marks{OldestEventID: sandbox.Seq(want[0]), PrunedThrough: sb.PrunedThrough, LastEventID: sandbox.Seq(appended[len(appended)-1])}); sb.Marks() != want {
+		t.Fatalf("marks = %+v, want %+v", sb.Marks(), want)
 	}
 }
 

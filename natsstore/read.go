@@ -93,7 +93,7 @@ func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([
 		}
 		marks = s.marks(e)
 	}
-	if err := cursorErr(id, after, marks); err != nil {
+	if err := marks.CheckCursor(id, after); err != nil {
 		return nil, err
 	}
 	from := max(after, uint64(marks.PrunedThrough)) + 1
@@ -123,7 +123,7 @@ func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([
 	// A prune by this process while the page was read moved the watermark
 	// before it removed anything: check the cursor again against it.
 	if now := s.marks(e); now.PrunedThrough > marks.PrunedThrough {
-		if err := cursorErr(id, after, now); err != nil {
+		if err := now.CheckCursor(id, after); err != nil {
 			return nil, err
 		}
 		recs = slices.DeleteFunc(recs, func(r sandbox.Record) bool { return r.ID <= uint64(now.PrunedThrough) })
@@ -134,27 +134,7 @@ func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([
 func (s *Store) marks(e *entry) sandbox.Marks {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return sandbox.Marks{OldestEventID: e.sb.OldestEventID, PrunedThrough: e.sb.PrunedThrough, LastEventID: e.sb.LastEventID}
-}
-
-func cursorErr(id string, after uint64, m sandbox.Marks) error {
-	if after != 0 && after < uint64(m.PrunedThrough) {
-		return &sandbox.Error{
-			Type: sandbox.ECursorPruned,
-			Message: fmt.Sprintf("cursor %d is older than the retained log of sandbox %s (pruned through %d); "+
-				"read GET /v1/sandboxes/%s and the events page, then reconnect", after, id, m.PrunedThrough, id),
-			Marks: &m,
-		}
-	}
-	if after > uint64(m.LastEventID) {
-		return &sandbox.Error{
-			Type: sandbox.ECursorStale,
-			Message: fmt.Sprintf("cursor %d is beyond the last event of sandbox %s (%d); it does not come from this log. "+
-				"Read GET /v1/sandboxes/%s and the events page, then reconnect", after, id, m.LastEventID, id),
-			Marks: &m,
-		}
-	}
-	return nil
+	return e.sb.Marks()
 }
 
 // Head returns the tip of the log and the sandbox's status as this process

@@ -58,3 +58,26 @@ func ErrorType(err error) string {
 
 // IsType reports whether err is an *Error of the given type.
 func IsType(err error, typ string) bool { return err != nil && ErrorType(err) == typ }
+
+// CheckCursor applies the cursor rules of SPEC §6 to a resume position after
+// of the log of sandbox id: 0 is never refused; below pruned_through is
+// cursor_pruned; beyond the last id is cursor_stale. Both carry the marks.
+func (m Marks) CheckCursor(id string, after uint64) error {
+	if after != 0 && after < uint64(m.PrunedThrough) {
+		return &Error{
+			Type: ECursorPruned,
+			Message: fmt.Sprintf("cursor %d is older than the retained log of sandbox %s (pruned through %d); "+
+				"read GET /v1/sandboxes/%s and the events page, then reconnect", after, id, m.PrunedThrough, id),
+			Marks: &m,
+		}
+	}
+	if after > uint64(m.LastEventID) {
+		return &Error{
+			Type: ECursorStale,
+			Message: fmt.Sprintf("cursor %d is beyond the last event of sandbox %s (%d); it does not come from this log. "+
+				"Read GET /v1/sandboxes/%s and the events page, then reconnect", after, id, m.LastEventID, id),
+			Marks: &m,
+		}
+	}
+	return nil
+}

@@ -68,3 +68,8 @@ const (
 func NewID(prefix string) string {
 	return prefix + strings.ToLower(ulid.MustNew(ulid.Now(), rand.Reader).String())
 }
+
+// Marks returns the watermarks of the sandbox's log.
+func (sb Sandbox) Marks() Marks {
+	return Marks{OldestEventID: sb.OldestEventID, PrunedThrough: sb.PrunedThrough, LastEventID: sb.LastEventID}
+}

@@ -125,23 +125,6 @@ func cursorOf(r *http.Request) (cursor uint64, given bool, err error) {
 	return 0, false, nil
 }
 
-// checkCursor decides a cursor against a log's watermarks as Store.Read
-// does, so a stream can answer 410 before its headers go out.
-func checkCursor(cursor uint64, m sandbox.Marks) error {
-	if cursor == 0 {
-		return nil
-	}
-	if cursor < uint64(m.PrunedThrough) {
-		return &sandbox.Error{Type: sandbox.ECursorPruned, Marks: &m, Message: fmt.Sprintf(
-			"events after %d were pruned (pruned through %d); fetch the sandbox and the events page, then reconnect", cursor, m.PrunedThrough)}
-	}
-	if cursor > uint64(m.LastEventID) {
-		return &sandbox.Error{Type: sandbox.ECursorStale, Marks: &m, Message: fmt.Sprintf(
-			"cursor %d is beyond the last event %d of this log; fetch the sandbox and the events page, then reconnect", cursor, m.LastEventID)}
-	}
-	return nil
-}
-
 // queryLimit returns the limit parameter of r, def when absent, and an
 // invalid_request outside 1..max.
 func queryLimit(r *http.Request, def, max int) (int, error) {

@@ -45,7 +45,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 	// Every answer that is not a stream (404, 410) must be decided here,
 	// while a JSON error can still be sent.
 	if given {
-		if err := checkCursor(cursor, st.Marks()); err != nil {
+		if err := st.Marks().CheckCursor(id, cursor); err != nil {
 			return err
 		}
 	} else {

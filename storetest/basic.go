@@ -163,7 +163,7 @@ func testSandboxes(t *testing.T, open Opener) {
 			t.Fatal(err)
 		}
 		want := sandbox.Marks{OldestEventID: sandbox.Seq(got[0]), LastEventID: sandbox.Seq(got[2])}
-		if got := marksOf(list[0]); got != want {
+		if got := list[0].Marks(); got != want {
 			t.Fatalf("listed marks = %+v, want %+v", got, want)
 		}
 	})

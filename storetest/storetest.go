@@ -173,10 +173,6 @@ func errType(err error) string {
 	return sandbox.ErrorType(err)
 }
 
-func marksOf(sb sandbox.Sandbox) sandbox.Marks {
-	return sandbox.Marks{OldestEventID: sb.OldestEventID, PrunedThrough: sb.PrunedThrough, LastEventID: sb.LastEventID}
-}
-
 // wantMarks checks the watermarks everywhere a store shows them.
 func wantMarks(t *testing.T, s Store, id string, want sandbox.Marks) {
 	t.Helper()
@@ -184,7 +180,7 @@ func wantMarks(t *testing.T, s Store, id string, want sandbox.Marks) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := marksOf(sb); got != want {
+	if got := sb.Marks(); got != want {
 		t.Fatalf("sandbox marks = %+v, want %+v", got, want)
 	}
 	st, err := s.State(context.Background(), id)

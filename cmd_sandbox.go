@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,17 +94,9 @@ func newSandboxCommand() *cli.Command {
 				ArgsUsage: "ID",
 				Flags:     clientFlags(jsonFlag()),
 				Action: func(c *cli.Context) error {
-					args, err := positional(c, 1, 1)
+					sb, err := onSandbox(c, (*client.Client).GetSandbox)
 					if err != nil {
 						return err
-					}
-					api, err := newAPIClient(c)
-					if err != nil {
-						return err
-					}
-					sb, err := api.GetSandbox(c.Context, args[0])
-					if err != nil {
-						return api.describe(err)
 					}
 					if c.Bool("json") {
 						return printJSON(c.App.Writer, sb)
@@ -117,17 +110,9 @@ func newSandboxCommand() *cli.Command {
 				ArgsUsage: "ID",
 				Flags:     clientFlags(jsonFlag()),
 				Action: func(c *cli.Context) error {
-					args, err := positional(c, 1, 1)
+					sb, err := onSandbox(c, (*client.Client).DeleteSandbox)
 					if err != nil {
 						return err
-					}
-					api, err := newAPIClient(c)
-					if err != nil {
-						return err
-					}
-					sb, err := api.DeleteSandbox(c.Context, args[0])
-					if err != nil {
-						return api.describe(err)
 					}
 					if c.Bool("json") {
 						return printJSON(c.App.Writer, sb)
@@ -238,6 +223,24 @@ type apiClient struct {
 	*client.Client
 	url       string
 	tokenPath string
+}
+
+// onSandbox runs one call on the sandbox named by the command's only
+// argument and describes its error for people.
+func onSandbox(c *cli.Context, call func(*client.Client, context.Context, string) (sandbox.Sandbox, error)) (sandbox.Sandbox, error) {
+	args, err := positional(c, 1, 1)
+	if err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	api, err := newAPIClient(c)
+	if err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	sb, err := call(api.Client, c.Context, args[0])
+	if err != nil {
+		return sandbox.Sandbox{}, api.describe(err)
+	}
+	return sb, nil
 }
 
 func newAPIClient(c *cli.Context) (*apiClient, error) {

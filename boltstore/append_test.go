@@ -278,66 +278,6 @@ func TestRead(t *testing.T) {
 	}
 }
 
-func TestWait(t *testing.T) {
-	s := MustOpenStore(t)
-	mustCreate(t, s, "c_1")
-	mustCreate(t, s, "c_2")
-	t.Run("Append", func(t *testing.T) {
-		ch, other := s.Wait("c_1"), s.Wait("c_2")
-		if isClosed(ch) {
-			t.Fatal("wait channel closed before any change")
-		}
-		if got := recordIDs(mustRead(t, s, "c_1", 0, 10)); len(got) != 0 {
-			t.Fatalf("read = %v, want nothing yet", got)
-		}
-		mustAppend(t, s, "c_1", textEvents(1)...)
-		waitClosed(t, ch, "append")
-		if isClosed(other) {
-			t.Fatal("an append to c_1 woke the waiters of c_2")
-		}
-		if isClosed(s.Wait("c_1")) {
-			t.Fatal("Wait after a wake-up returned a closed channel")
-		}
-	})
-	t.Run("Mutate", func(t *testing.T) {
-		ch := s.Wait("c_1")
-		err := s.Append(context.Background(), "c_1", nil, func(st *sandbox.State) error {
-			st.Sandbox.Status = sandbox.StatusStopped
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitClosed(t, ch, "state change")
-	})
-	t.Run("Prune", func(t *testing.T) {
-		ch := s.Wait("c_1")
-		if _, err := s.Prune(context.Background(), "c_1", 1, 10); err != nil {
-			t.Fatal(err)
-		}
-		waitClosed(t, ch, "prune")
-	})
-	t.Run("Drop", func(t *testing.T) {
-		ch := s.Wait("c_2")
-		if err := s.Drop(context.Background(), "c_2"); err != nil {
-			t.Fatal(err)
-		}
-		waitClosed(t, ch, "drop")
-		if !isClosed(s.Wait("c_2")) {
-			t.Fatal("Wait on a dropped sandbox returned an open channel")
-		}
-	})
-}
-
-// TestAppendConcurrent runs 100 writers over 20 sandboxes with readers
-// polling the tail. Durability before visibility is checked with the
-// afterCommit hook: it runs after the transaction's commit (and fsync) has
-// returned and before anything is published, and records the last committed
-// id of each sandbox. A reader that sees id N checks that N was recorded;
-// if the store published before committing, the reader could see N first.
-// Append's own return is too late a witness (readers may legitimately see an
-// event before its writer is acknowledged), a reopen of the file is
-// impossible while it is locked, and the hook is exactly the commit point.
 func TestAppendConcurrent(t *testing.T) {
 	const (
 		writers   = 100

@@ -8,44 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
-
-// launchServe runs `sparkles serve` on a free loopback port and waits until it
-// answers /healthz. The process is stopped when the test ends.
-func launchServe(t *testing.T, dataDir string, args ...string) (addr string, cmd *exec.Cmd) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr = l.Addr().String()
-	l.Close()
-	cmd = exec.Command(binary, append([]string{"serve", "--addr", addr, "--data-dir", dataDir}, args...)...)
-	cmd.Env = cliEnv(t)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			return addr, cmd
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not answer on %s: %v\n%s", addr, err, stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond) // polling a process we do not control
-	}
-}
 
 // serveFails runs serve and expects it to exit non-zero at once with one
 // line that contains want.
@@ -86,7 +52,7 @@ func TestServeStartupErrors(t *testing.T) {
 	})
 	t.Run("ErrDatabaseLocked", func(t *testing.T) {
 		dir := t.TempDir()
-		launchServe(t, dir)
+		startServe(t, cliEnv(t), dir, "").waitServing()
 		serveFails(t, "in use by another sparkles process", "--addr", "127.0.0.1:0", "--data-dir", dir)
 	})
 	t.Run("ErrBadAgentFlag", func(t *testing.T) {
@@ -98,7 +64,8 @@ func TestServeStartupErrors(t *testing.T) {
 // reused by the next start, and the only key that opens the API.
 func TestServeToken(t *testing.T) {
 	dir := t.TempDir()
-	addr, cmd := launchServe(t, dir)
+	srv1 := startServe(t, cliEnv(t), dir, "")
+	srv1.waitServing()
 	path := filepath.Join(dir, "token")
 	info, err := os.Stat(path)
 	if err != nil {
@@ -108,8 +75,8 @@ func TestServeToken(t *testing.T) {
 		t.Fatalf("token file mode = %v, want %v", got, want)
 	}
 	first, _ := os.ReadFile(path)
-	status := func(addr, token string) int {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/sandboxes", nil)
+	status := func(base, token string) int {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/sandboxes", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -119,21 +86,21 @@ func TestServeToken(t *testing.T) {
 		return resp.StatusCode
 	}
 	token := strings.TrimSpace(string(first))
-	if got, want := status(addr, token), http.StatusOK; got != want {
+	if got, want := status(srv1.url, token), http.StatusOK; got != want {
 		t.Fatalf("with the file's token: %d, want %d", got, want)
 	}
-	if got, want := status(addr, token+"x"), http.StatusUnauthorized; got != want {
+	if got, want := status(srv1.url, token+"x"), http.StatusUnauthorized; got != want {
 		t.Fatalf("with a wrong token: %d, want %d", got, want)
 	}
-	cmd.Process.Signal(os.Interrupt)
-	cmd.Wait()
+	srv1.signal(syscall.SIGINT)
 
-	addr2, _ := launchServe(t, dir)
+	srv2 := startServe(t, cliEnv(t), dir, "")
+	srv2.waitServing()
 	second, _ := os.ReadFile(path)
 	if string(first) != string(second) {
 		t.Fatal("the token changed across restarts")
 	}
-	if got, want := status(addr2, token), http.StatusOK; got != want {
+	if got, want := status(srv2.url, token), http.StatusOK; got != want {
 		t.Fatalf("after restart: %d, want %d", got, want)
 	}
 }

@@ -30,6 +30,7 @@ type box struct {
 	booting   bool
 	tr        *translate.Translator
 	seen      translate.Stats // translator counts already told to the observer
+	cfg       config          // the sandbox's private config, read with the translator
 	turn      *turnRun
 	approvals map[string]*approvalRun
 	deleted   bool
@@ -263,7 +264,11 @@ func (b *box) armFlush() {
 }
 
 // translator returns the sandbox's translator, built from its private config.
+// The private config never changes after create, so it is read once.
 func (b *box) translator() (*translate.Translator, config, error) {
+	if b.tr != nil {
+		return b.tr, b.cfg, nil
+	}
 	var cfg config
 	raw, err := b.c.store.Config(context.Background(), b.id)
 	if err != nil {
@@ -272,21 +277,20 @@ func (b *box) translator() (*translate.Translator, config, error) {
 	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return nil, cfg, fmt.Errorf("decode sandbox config: %w", err)
 	}
-	if b.tr == nil {
-		secrets := make([]string, 0, len(cfg.Secrets))
-		for _, v := range cfg.Secrets {
-			secrets = append(secrets, v)
-		}
-		sort.Strings(secrets)
-		b.tr = translate.New(translate.Config{
-			SandboxID:     b.id,
-			Dir:           filepath.Join(b.dir(), "work"),
-			Secrets:       secrets,
-			FlushInterval: b.c.cfg.FlushInterval,
-			ApprovalTTL:   b.c.cfg.ApprovalTimeout,
-			Now:           b.c.cfg.Now,
-		})
+	b.cfg = cfg
+	secrets := make([]string, 0, len(cfg.Secrets))
+	for _, v := range cfg.Secrets {
+		secrets = append(secrets, v)
 	}
+	sort.Strings(secrets)
+	b.tr = translate.New(translate.Config{
+		SandboxID:     b.id,
+		Dir:           filepath.Join(b.dir(), "work"),
+		Secrets:       secrets,
+		FlushInterval: b.c.cfg.FlushInterval,
+		ApprovalTTL:   b.c.cfg.ApprovalTimeout,
+		Now:           b.c.cfg.Now,
+	})
 	return b.tr, cfg, nil
 }
 

@@ -423,10 +423,15 @@ func (s *Stream) deliverEvent(e sandbox.Event, raw json.RawMessage) error {
 	if e.ID <= s.last.Load() {
 		return nil
 	}
+	// The id is recorded before the hand-over, so a consumer that asks for
+	// LastEventID right after receiving the event sees it. A hand-over
+	// fails only when the stream is closing, and a closed stream never
+	// resumes from that id.
+	prev := s.last.Swap(e.ID)
 	if err := s.deliver(Message{Kind: KindEvent, Event: e, Raw: raw}); err != nil {
+		s.last.Store(prev)
 		return err
 	}
-	s.last.Store(e.ID)
 	s.haveCursor = true
 	return nil
 }

@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -42,15 +43,44 @@ func encodeRecord(id uint64, ev *sandbox.Event, sandboxID string, data []byte) (
 // decodeRecord copies a stored value out of bbolt's memory, which is only
 // valid inside the transaction.
 func decodeRecord(k, v []byte) (sandbox.Record, error) {
+	rec, err := viewRecord(k, v)
+	rec.JSON = bytes.Clone(rec.JSON)
+	return rec, err
+}
+
+// viewRecord decodes a stored value without copying it: its JSON is bbolt's
+// memory, valid only inside the transaction. Known types are not allocated.
+func viewRecord(k, v []byte) (sandbox.Record, error) {
 	if len(v) < 1 || len(v) < 1+int(v[0]) {
 		return sandbox.Record{}, fmt.Errorf("event %d: truncated record", keyID(k))
 	}
 	n := 1 + int(v[0])
-	return sandbox.Record{
-		ID:   keyID(k),
-		Type: sandbox.Type(v[1:n]),
-		JSON: append([]byte(nil), v[n:]...),
-	}, nil
+	return sandbox.Record{ID: keyID(k), Type: internType(v[1:n]), JSON: v[n:]}, nil
+}
+
+// internType returns the Type constant spelled b; an unknown one is copied.
+func internType(b []byte) sandbox.Type {
+	switch string(b) { // compared without allocating
+	case string(sandbox.TypeMessageUpdated):
+		return sandbox.TypeMessageUpdated
+	case string(sandbox.TypeToolUpdated):
+		return sandbox.TypeToolUpdated
+	case string(sandbox.TypeMessageCompleted):
+		return sandbox.TypeMessageCompleted
+	case string(sandbox.TypeTurnStarted):
+		return sandbox.TypeTurnStarted
+	case string(sandbox.TypeTurnCompleted):
+		return sandbox.TypeTurnCompleted
+	case string(sandbox.TypeApprovalRequested):
+		return sandbox.TypeApprovalRequested
+	case string(sandbox.TypeApprovalResolved):
+		return sandbox.TypeApprovalResolved
+	case string(sandbox.TypeSandboxStatus):
+		return sandbox.TypeSandboxStatus
+	case string(sandbox.TypeSandboxError):
+		return sandbox.TypeSandboxError
+	}
+	return sandbox.Type(b)
 }
 
 // foldTime is the ts a reader of the log decodes: UTC, truncated to the

@@ -20,31 +20,55 @@ import (
 // Any other write is a barrier: the pipeline drains and the batch that
 // starts with it applies inside its own transaction.
 //
+// Retention's writes (prunes and compactions) ride instead: they wait for
+// the next batch of appends and apply in its transaction, so deleting
+// history costs appends some page writes, never a transaction and a sync of
+// their own to queue behind. A rider that finds no batch within rideWait
+// (or when the store closes) commits alone.
+//
 // Between batches the WAL is materialized when it has grown past its
 // limits, or when it is old and nothing else waits; once the queue is
 // closed what is left is materialized, so a clean shutdown leaves an empty
 // WAL.
 func (s *Store) commitLoop() {
 	var fl *flight
-	var barrier *request // waits for the pipeline to drain
+	var barrier *request  // waits for the pipeline to drain
+	var riders []*request // wait for a batch of appends to ride with
 	closed := false
 	for {
 		if fl == nil {
 			if barrier != nil {
-				s.commitSync(s.drain([]*request{barrier}))
-				barrier = nil
+				s.commitSync(append(s.drain([]*request{barrier}), riders...))
+				barrier, riders = nil, nil
 				continue
 			}
-			if closed {
-				break
-			}
-			r, ok := s.next()
-			if !ok {
-				break
+			var r *request
+			ok := false
+			if len(riders) > 0 {
+				if !closed {
+					r, ok = s.nextWithin(s.limits.ride)
+				}
+				if !ok {
+					s.commitSync(riders) // nothing to ride with
+					riders = nil
+					continue
+				}
+			} else {
+				if closed {
+					break
+				}
+				if r, ok = s.next(); !ok {
+					break
+				}
 			}
 			reqs := s.drain([]*request{r})
-			if !allAppends(reqs) {
-				s.commitSync(reqs)
+			switch {
+			case allRiders(reqs):
+				riders = append(riders, reqs...)
+				continue
+			case len(riders) > 0 || !allAppends(reqs):
+				s.commitSync(append(reqs, riders...))
+				riders = nil
 				continue
 			}
 			b := s.newBatch(nil)
@@ -58,13 +82,17 @@ func (s *Store) commitLoop() {
 		// Prepare the next batch while the flight is in the air.
 		b := s.newBatch(fl.b.t)
 		var err error
-		open := func() bool { return barrier == nil && !closed && len(b.reqs) < s.maxBatch }
+		open := func() bool {
+			return barrier == nil && len(riders) == 0 && !closed && len(b.reqs) < s.maxBatch
+		}
 		take := func(r *request, ok bool) {
 			switch {
 			case !ok:
 				closed = true
 			case isAppend(r):
 				b.add(r)
+			case isRider(r):
+				riders = append(riders, r)
 			default:
 				barrier = r
 			}
@@ -95,6 +123,12 @@ func (s *Store) commitLoop() {
 				break drain
 			}
 		}
+		if len(riders) > 0 && len(b.reqs) > 0 && barrier == nil {
+			s.ride(b, riders)
+			riders, fl = nil, nil
+			s.relieve()
+			continue
+		}
 		s.relieve()
 		fl = s.launch(b)
 	}
@@ -103,6 +137,44 @@ func (s *Store) commitLoop() {
 	}
 	if err := s.materializeAll(); err != nil {
 		s.log.Error("event store: materializing the WAL at close failed; it is replayed at the next open", "err", err)
+	}
+}
+
+// rideWait is how long a prune or a compaction waits for a batch of appends
+// to ride with before it commits alone. Appends that come further apart
+// than this rarely meet a retention transaction anyway.
+const rideWait = 10 * time.Millisecond
+
+// nextWithin waits up to d for the next request.
+func (s *Store) nextWithin(d time.Duration) (*request, bool) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case r, ok := <-s.reqs:
+		return r, ok
+	case <-timer.C:
+		return nil, false
+	}
+}
+
+// ride commits a prepared batch of appends and the riders in one
+// transaction, the appends first, as commit would apply them. A rider's
+// error of its own fails it alone.
+func (s *Store) ride(b *batch, riders []*request) {
+	errs := make([]error, len(riders))
+	err := s.updateTxn(b.t, func(t *txn) error {
+		return applyAll(t, riders, errs)
+	}, true)
+	if err != nil {
+		s.log.Error("event store commit failed", "requests", len(b.reqs)+len(riders), "err", err)
+		b.fail(err)
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	b.answer()
+	for i, r := range riders {
+		r.done <- errs[i]
 	}
 }
 
@@ -125,6 +197,25 @@ func (s *Store) drain(reqs []*request) []*request {
 func isAppend(r *request) bool {
 	_, ok := r.w.(*appendWrite)
 	return ok
+}
+
+// isRider reports whether r is a retention write, which rides with the
+// next batch of appends (see commitLoop).
+func isRider(r *request) bool {
+	switch r.w.(type) {
+	case *pruneWrite, *compactWrite:
+		return true
+	}
+	return false
+}
+
+func allRiders(reqs []*request) bool {
+	for _, r := range reqs {
+		if !isRider(r) {
+			return false
+		}
+	}
+	return true
 }
 
 func allAppends(reqs []*request) bool {
@@ -326,20 +417,7 @@ var errNothingToCommit = errors.New("nothing to commit")
 // commit runs a batch of callers' writes as one transaction.
 func (s *Store) commit(batch []*request) {
 	errs := make([]error, len(batch))
-	err := s.update(func(t *txn) error {
-		for i, r := range batch {
-			if err := r.ctx.Err(); err != nil {
-				errs[i] = err
-				continue
-			}
-			reqErr, txErr := r.w.apply(t)
-			if txErr != nil {
-				return txErr
-			}
-			errs[i] = reqErr
-		}
-		return nil
-	}, true)
+	err := s.update(func(t *txn) error { return applyAll(t, batch, errs) }, true)
 	if err != nil {
 		s.log.Error("event store commit failed", "requests", len(batch), "err", err)
 		for i := range errs {
@@ -351,14 +429,35 @@ func (s *Store) commit(batch []*request) {
 	}
 }
 
+// applyAll applies the requests in order, each one's own error in errs; a
+// transaction error stops it.
+func applyAll(t *txn, reqs []*request, errs []error) error {
+	for i, r := range reqs {
+		if err := r.ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		reqErr, txErr := r.w.apply(t)
+		if txErr != nil {
+			return txErr
+		}
+		errs[i] = reqErr
+	}
+	return nil
+}
+
 // update runs fn in one transaction, writes what the batch changed and
 // publishes it once the commit is synced. The afterCommit hook runs for
 // callers' batches only.
 func (s *Store) update(fn func(t *txn) error, hook bool) error {
+	return s.updateTxn(&txn{s: s, pending: make(map[string]*pending)}, fn, hook)
+}
+
+// updateTxn is update on a txn that may hold prepared appends already.
+func (s *Store) updateTxn(t *txn, fn func(t *txn) error, hook bool) error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 
-	t := &txn{s: s, pending: make(map[string]*pending)}
 	start := time.Now()
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		if err := t.begin(tx); err != nil {

@@ -44,9 +44,14 @@
 // where writing each sandbox's own buckets would rewrite several pages of
 // each. The committer pipelines such batches: while one commits and syncs,
 // the next is prepared in memory (ids, fold, encoding) on top of the states
-// the first will publish; if the first fails, so does the second. Creates,
-// drops, prunes and compactions wait for the pipeline to drain and apply in
-// a transaction of their own batch.
+// the first will publish; if the first fails, so does the second. Creates
+// and drops wait for the pipeline to drain and apply in a transaction of
+// their own batch. Prunes and compactions ride: they wait for the next batch
+// of appends (10 ms at most) and apply in its transaction, after its
+// appends, so retention adds page writes to commits that happen anyway
+// instead of transactions and syncs of its own for appends to queue behind.
+// Scan reads records without copying them, so that retention's walks over
+// long logs leave no garbage behind.
 //
 // # Materialization
 //

@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -50,8 +51,22 @@ func TestReadStraddle(t *testing.T) {
 					for _, limit := range []int{1, 2, 3, 5, 20} {
 						from := max(after+1, first)
 						want := seq(from, min(from+uint64(limit)-1, last))
-						if got := recordIDs(mustRead(t, s, "c_1", after, limit)); !slices.Equal(got, want) {
+						read := mustRead(t, s, "c_1", after, limit)
+						if got := recordIDs(read); !slices.Equal(got, want) {
 							t.Fatalf("Read(after %d, limit %d) = %v, want %v", after, limit, got, want)
+						}
+						// Scan visits the same records, byte for byte.
+						var scanned []sandbox.Record
+						err := s.Scan(ctx, "c_1", after, limit, func(rec sandbox.Record) error {
+							rec.JSON = bytes.Clone(rec.JSON) // valid during the call only
+							scanned = append(scanned, rec)
+							return nil
+						})
+						if err != nil {
+							t.Fatal(err)
+						}
+						if got, want := mustJSON(t, scanned), mustJSON(t, read); got != want {
+							t.Fatalf("Scan(after %d, limit %d) = %s, want %s", after, limit, got, want)
 						}
 					}
 				}
@@ -72,7 +87,11 @@ func TestReadStraddle(t *testing.T) {
 				// record, byte for byte.
 				mem := mustRead(t, s, "c_1", 10, 10)
 				mustFlush(t, s)
-				disk, err := s.readFile(ctx, "c_1", 10, 10, 12, sandbox.Marks{LastEventID: 12, PrunedThrough: 3})
+				var disk []sandbox.Record
+				_, err := s.readFile(ctx, "c_1", 10, 10, 12, sandbox.Marks{LastEventID: 12, PrunedThrough: 3}, true, func(rec sandbox.Record) error {
+					disk = append(disk, rec)
+					return nil
+				})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -81,6 +100,37 @@ func TestReadStraddle(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestScanStops checks that an error from Scan's callback ends the scan,
+// from the file and from memory, and is what Scan returns.
+func TestScanStops(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: 1})
+	mustCreate(t, s, "c_1")
+	mustAppend(t, s, "c_1", textEvents(5)...)
+	mustFlush(t, s)
+	mustAppend(t, s, "c_1", textEvents(5)...)
+	stop := errors.New("stop")
+	for _, after := range []uint64{0, 7} { // from the file, from the WAL tail
+		var seen []uint64
+		err := s.Scan(ctx, "c_1", after, 100, func(rec sandbox.Record) error {
+			seen = append(seen, rec.ID)
+			if len(seen) == 2 {
+				return stop
+			}
+			return nil
+		})
+		if !errors.Is(err, stop) {
+			t.Fatalf("after %d: Scan returned %v, want the callback's error", after, err)
+		}
+		if want := seq(after+1, after+2); !slices.Equal(seen, want) {
+			t.Fatalf("after %d: visited %v, want %v", after, seen, want)
+		}
+	}
+	if err := s.Scan(ctx, "c_1", 0, 0, func(sandbox.Record) error { return nil }); errType(err) != string(sandbox.EInvalidRequest) {
+		t.Fatalf("limit 0: %v, want invalid_request", err)
 	}
 }
 

@@ -80,23 +80,49 @@ func (s *Store) loaded(id string, withState bool) (*entry, *sandbox.State, error
 // newest of the log. Older cursors cost one short read transaction, whose
 // records are followed by those from memory where the bucket ends.
 func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error) {
+	var recs []sandbox.Record
+	err := s.visit(ctx, id, after, limit, true, func(rec sandbox.Record) error {
+		if recs == nil {
+			recs = make([]sandbox.Record, 0, min(limit, 256))
+		}
+		recs = append(recs, rec)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return recs, nil
+}
+
+// Scan calls fn with the records Read would return, in order, without
+// copying them out of the file: a record's JSON is valid only during the
+// call, and fn must not call the store. An error from fn ends the scan and
+// is returned. It walks long logs (retention) without leaving garbage
+// behind; each call is at most one short read transaction.
+func (s *Store) Scan(ctx context.Context, id string, after uint64, limit int, fn func(sandbox.Record) error) error {
+	return s.visit(ctx, id, after, limit, false, fn)
+}
+
+// visit calls fn with up to limit retained records with id > after, copied
+// out of the file when owned is set.
+func (s *Store) visit(ctx context.Context, id string, after uint64, limit int, owned bool, fn func(sandbox.Record) error) error {
 	if limit < 1 {
-		return nil, sandbox.Errorf(sandbox.EInvalidRequest, "read %s: limit must be at least 1, got %d", id, limit)
+		return sandbox.Errorf(sandbox.EInvalidRequest, "read %s: limit must be at least 1, got %d", id, limit)
 	}
 	e, _, err := s.loaded(id, false)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.mu.Lock()
 	marks := e.sb.Marks()
 	if err := marks.CheckCursor(id, after); err != nil {
 		s.mu.Unlock()
-		return nil, err
+		return err
 	}
 	if e.ring.covers(max(after, uint64(marks.PrunedThrough))) {
 		recs := e.ring.read(after, limit)
 		s.mu.Unlock()
-		return recs, nil
+		return each(recs, fn)
 	}
 	// The bucket holds every retained record up to upto; the WAL tail
 	// holds the rest.
@@ -113,26 +139,41 @@ func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([
 		}
 		if after >= upto {
 			s.mu.Unlock()
-			return tail, nil
+			return each(tail, fn)
 		}
 	}
 	s.mu.Unlock()
-	recs, err := s.readFile(ctx, id, after, limit, upto, marks)
+	n, err := s.readFile(ctx, id, after, limit, upto, marks, owned, fn)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return append(recs, tail[:min(len(tail), limit-len(recs))]...), nil
+	return each(tail[:min(len(tail), limit-n)], fn)
 }
 
-// readFile reads events with after < id <= upto from the file. Values are
-// copied out inside the transaction, which ends before the caller writes
-// anything anywhere. Records up to upto were published before the read
-// began; anything newer the transaction may show is left to the caller.
-func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int, upto uint64, marks sandbox.Marks) ([]sandbox.Record, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+func each(recs []sandbox.Record, fn func(sandbox.Record) error) error {
+	for _, rec := range recs {
+		if err := fn(rec); err != nil {
+			return err
+		}
 	}
-	recs := make([]sandbox.Record, 0, min(limit, 256))
+	return nil
+}
+
+// readFile calls fn with the events with after < id <= upto in the file, up
+// to limit, and returns how many. Owned values are copied out inside the
+// transaction, which ends before the caller writes anything anywhere; the
+// others are valid during the call only. Records up to upto were published
+// before the read began; anything newer the transaction may show is left to
+// the caller.
+func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int, upto uint64, marks sandbox.Marks, owned bool, fn func(sandbox.Record) error) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	decode := viewRecord
+	if owned {
+		decode = decodeRecord
+	}
+	n := 0
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		b := sandboxBucket(tx, id)
 		if b == nil {
@@ -157,19 +198,19 @@ func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int
 			return fmt.Errorf("sandbox %s: events bucket missing", id)
 		}
 		c := events.Cursor()
-		for k, v := c.Seek(idKey(after + 1)); k != nil && len(recs) < limit && keyID(k) <= upto; k, v = c.Next() {
-			rec, err := decodeRecord(k, v)
+		for k, v := c.Seek(idKey(after + 1)); k != nil && n < limit && keyID(k) <= upto; k, v = c.Next() {
+			rec, err := decode(k, v)
 			if err != nil {
 				return fmt.Errorf("sandbox %s: %w", id, err)
 			}
-			recs = append(recs, rec)
+			n++
+			if err := fn(rec); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return recs, nil
+	return n, err
 }
 
 // Head returns the published tip of the log and the sandbox's status.

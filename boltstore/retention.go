@@ -13,16 +13,16 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// Batch sizes when the caller gives none: small enough that appends queued
-// behind a retention transaction wait for milliseconds, not seconds.
+// Batch sizes when the caller gives none: a batch rides in a commit of
+// appends (see commitLoop) and should add little to it.
 const (
-	defaultPruneBatch = 1000
-	compactBatch      = 1000
+	defaultPruneBatch = 200
+	compactBatch      = 200
 )
 
 // Prune deletes every event of sandbox id with an id <= through, at most
-// batch per transaction (default 1000), so appends keep flowing between
-// batches. Each batch advances pruned_through (to the highest id removed,
+// batch per transaction (default 200), each riding in a commit of appends
+// when one comes within rideWait. Each batch advances pruned_through (to the highest id removed,
 // never backwards) and oldest_event_id atomically with its deletes.
 func (s *Store) Prune(ctx context.Context, id string, through uint64, batch int) (removed int, err error) {
 	if id == "" {
@@ -37,7 +37,7 @@ func (s *Store) Prune(ctx context.Context, id string, through uint64, batch int)
 			return removed, err
 		}
 		removed += w.removed
-		if w.removed < batch {
+		if !w.more {
 			return removed, nil
 		}
 	}

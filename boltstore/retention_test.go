@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -326,4 +327,81 @@ func TestStats(t *testing.T) {
 	if !slices.Equal(st.Sandboxes, want) {
 		t.Fatalf("sandboxes = %+v, want %+v", st.Sandboxes, want)
 	}
+}
+
+// TestPruneRides checks that a prune queued with appends commits in their
+// transaction, whichever of them the committer takes first, and that one
+// queued alone still commits, also when the store closes under it.
+func TestPruneRides(t *testing.T) {
+	ctx := context.Background()
+	for _, pruneFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("PruneFirst%v", pruneFirst), func(t *testing.T) {
+			s := MustOpenStore(t)
+			mustCreate(t, s, "c_1")
+			mustCreate(t, s, "c_2")
+			mustAppend(t, s, "c_1", textEvents(10)...)
+			var commits []map[string]uint64
+			s.afterCommit = func(last map[string]uint64) { commits = append(commits, last) }
+			release := stallCommitter(t, s, "c_2")
+
+			pruned := make(chan error, 1)
+			enqueuePrune := func() {
+				w := &pruneWrite{id: "c_1", through: 4, batch: 100}
+				r, err := s.enqueue(ctx, w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() { pruned <- <-r.done }()
+			}
+			if pruneFirst {
+				enqueuePrune()
+			}
+			r, w := enqueueAppend(t, s, "c_1", textEvents(1), nil)
+			if !pruneFirst {
+				enqueuePrune()
+			}
+			release()
+			if err := <-r.done; err != nil {
+				t.Fatal(err)
+			}
+			w.assignIDs()
+			if err := <-pruned; err != nil {
+				t.Fatal(err)
+			}
+			// The stalled append's commit, then one for the append and the
+			// prune together.
+			if len(commits) != 2 || commits[1]["c_1"] != 11 {
+				t.Fatalf("commits = %v, want the stalled one, then c_1 through 11 with the prune", commits)
+			}
+			wantMarks(t, s, "c_1", sandbox.Marks{LastEventID: 11, OldestEventID: 5, PrunedThrough: 4})
+			if got, want := recordIDs(mustRead(t, s, "c_1", 4, 100)), seq(5, 11); !slices.Equal(got, want) {
+				t.Fatalf("retained %v, want %v", got, want)
+			}
+		})
+	}
+	t.Run("Alone", func(t *testing.T) {
+		path := t.TempDir() + "/sparkles.db"
+		s := mustOpenLimits(t, path, Options{}, walLimits{
+			maxRecords: defaultWALMaxRecords, maxBytes: defaultWALMaxBytes, idle: defaultWALIdle,
+			chunkRecords: defaultChunkRecords, chunkBytes: defaultChunkBytes, truncateBatch: defaultTruncateBatch,
+			ride: time.Hour, // no timeout here: only Close ends the wait
+		})
+		mustCreate(t, s, "c_1")
+		mustAppend(t, s, "c_1", textEvents(10)...)
+		w := &pruneWrite{id: "c_1", through: 4, batch: 100}
+		r, err := s.enqueue(ctx, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Whether the committer holds the prune yet or not, closing
+		// commits it.
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-r.done; err != nil || w.removed != 4 {
+			t.Fatalf("prune: removed %d, err %v; want 4", w.removed, err)
+		}
+		s = MustOpenStoreAt(t, path, Options{})
+		wantMarks(t, s, "c_1", sandbox.Marks{LastEventID: 10, OldestEventID: 5, PrunedThrough: 4})
+	})
 }

@@ -58,17 +58,21 @@ func (r *ring) read(after uint64, limit int) []sandbox.Record {
 	return append(out, h[i:min(len(h), i+limit)]...)
 }
 
-// remove drops the records for which gone returns true, keeping the order.
-// The ring still holds every retained record >= from, since the removed ones
-// are no longer retained.
+// remove drops the records for which gone returns true, keeping the order,
+// in place (readers copy what they read under the same lock). The ring
+// still holds every retained record >= from, since the removed ones are no
+// longer retained.
 func (r *ring) remove(gone func(id uint64) bool) {
-	kept := make([]sandbox.Record, 0, len(r.held()))
+	h := r.held()
+	n := 0
 	r.bytes = 0
-	for _, rec := range r.held() {
+	for _, rec := range h {
 		if !gone(rec.ID) {
-			kept = append(kept, rec)
+			h[n] = rec
+			n++
 			r.bytes += len(rec.JSON)
 		}
 	}
-	r.buf, r.head = kept, 0
+	clear(h[n:]) // let the removed bytes go
+	r.buf = r.buf[:r.head+n]
 }

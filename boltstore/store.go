@@ -63,6 +63,7 @@ type walLimits struct {
 	idle                     time.Duration // materialize a WAL this old when there is nothing else to do
 	chunkRecords, chunkBytes int           // bound one materialization transaction
 	truncateBatch            int           // WAL keys deleted per transaction at most
+	ride                     time.Duration // how long a prune waits for appends to ride with (see commitLoop); 0 is rideWait
 }
 
 // Store is the bbolt implementation of coordinator.Store. See doc.go for
@@ -162,6 +163,9 @@ func Open(path string, opts Options) (*Store, error) {
 }
 
 func open(path string, opts Options, limits walLimits) (*Store, error) {
+	if limits.ride <= 0 {
+		limits.ride = rideWait
+	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second
 	}

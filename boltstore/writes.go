@@ -185,6 +185,7 @@ type pruneWrite struct {
 	through uint64
 	batch   int
 	removed int
+	more    bool // events <= through are left for another batch
 }
 
 func (w *pruneWrite) apply(t *txn) (reqErr, txErr error) {
@@ -198,12 +199,12 @@ func (w *pruneWrite) apply(t *txn) (reqErr, txErr error) {
 	// Collect first, delete after: deleting under a live cursor skips keys.
 	var ids []uint64
 	c := p.events.Cursor()
-	for k, _ := c.First(); k != nil && len(ids) < w.batch; k, _ = c.Next() {
-		id := keyID(k)
-		if id > w.through {
+	for k, _ := c.First(); k != nil && keyID(k) <= w.through; k, _ = c.Next() {
+		if len(ids) == w.batch {
+			w.more = true
 			break
 		}
-		ids = append(ids, id)
+		ids = append(ids, keyID(k))
 	}
 	if len(ids) == 0 {
 		return nil, nil

@@ -12,7 +12,13 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-var _ retention.Store = (*boltstore.Store)(nil)
+var (
+	_ retention.Store   = (*boltstore.Store)(nil)
+	_ retention.Scanner = (*boltstore.Store)(nil)
+)
+
+// readOnly hides a store's Scan, so the loop reads it with Read.
+type readOnly struct{ retention.Store }
 
 // t0 is the start of every test's timeline; clocks are always injected.
 var t0 = time.Date(2026, 8, 1, 9, 0, 0, 0, time.UTC)

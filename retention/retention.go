@@ -46,9 +46,10 @@ type Config struct {
 	MaxEvents int
 	// Interval is the time between passes (default 1m).
 	Interval time.Duration
-	// Batch bounds the deletes of one write transaction, so appends queued
-	// behind a prune wait for one small batch at most (default 1000). The
-	// loop rests between batches as long as the last one took.
+	// Batch bounds the deletes of one write transaction (default 200): a
+	// batch rides in the transaction of the appends committed next, and
+	// adds that much work to it. The loop rests between batches twice as
+	// long as the last one took.
 	Batch int
 	// DataDir holds sandboxes/<id>, removed when a deleted sandbox is
 	// dropped. Empty leaves directories alone.
@@ -70,7 +71,7 @@ const (
 	DefaultMaxAge    = 168 * time.Hour
 	DefaultMaxEvents = 100000
 	DefaultInterval  = time.Minute
-	DefaultBatch     = 1000
+	DefaultBatch     = 200
 )
 
 // Result counts what one pass did.

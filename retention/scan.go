@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
+
+// scanPages is how many write batches of records a scan reads at a time.
+// Reads take no write transaction, so they need not be as small.
+const scanPages = 5
 
 // track is what the loop remembers of one log between passes, so a pass
 // reads only what is new. It is lost on restart; the first pass then reads
@@ -43,62 +48,54 @@ func (l *Loop) compact(ctx context.Context, sb sandbox.Sandbox, t *track) (int, 
 		victims []uint64
 		scanned = after
 	)
-	for scanned < last {
-		recs, err := l.cfg.Store.Read(ctx, sb.ID, scanned, l.cfg.Batch)
+	err := l.scan(ctx, sb.ID, after, scanPages*l.cfg.Batch, func(rec sandbox.Record) (bool, error) {
+		if rec.ID > last {
+			return false, nil // appended after this pass began: next pass
+		}
+		scanned = rec.ID
+		if rec.ID > t.counted {
+			t.count++
+			t.counted = rec.ID
+		}
+		switch rec.Type {
+		case sandbox.TypeTurnStarted, sandbox.TypeTurnCompleted, sandbox.TypeMessageUpdated:
+		default:
+			return true, nil
+		}
+		f, err := scanFieldsOf(rec)
 		if err != nil {
-			return 0, err
+			return false, fmt.Errorf("event %d: %w", rec.ID, err)
 		}
-		if len(recs) == 0 {
-			break
+		if f.TurnID == "" {
+			return true, nil // outside any turn: nothing supersedes it
 		}
-		for _, rec := range recs {
-			if rec.ID > last {
-				break // appended after this pass began: next pass
+		switch rec.Type {
+		case sandbox.TypeTurnStarted:
+			// Turns run one at a time: a turn left open when another
+			// starts never completes, so it is never compacted.
+			clear(open)
+			open[f.TurnID] = &openTurn{first: rec.ID, latest: map[string]uint64{}}
+		case sandbox.TypeTurnCompleted:
+			if ot := open[f.TurnID]; ot != nil {
+				victims = append(victims, ot.superseded...)
+				delete(open, f.TurnID)
 			}
-			scanned = rec.ID
-			if rec.ID > t.counted {
-				t.count++
-				t.counted = rec.ID
+		case sandbox.TypeMessageUpdated:
+			ot := open[f.TurnID]
+			if ot == nil {
+				// The scan began inside this turn (a prune or a restart cut it).
+				ot = &openTurn{first: rec.ID, latest: map[string]uint64{}}
+				open[f.TurnID] = ot
 			}
-			switch rec.Type {
-			case sandbox.TypeTurnStarted, sandbox.TypeTurnCompleted, sandbox.TypeMessageUpdated:
-			default:
-				continue
+			if prev, ok := ot.latest[f.Data.PartID]; ok {
+				ot.superseded = append(ot.superseded, prev)
 			}
-			f, err := scanFieldsOf(rec)
-			if err != nil {
-				return 0, fmt.Errorf("event %d: %w", rec.ID, err)
-			}
-			if f.TurnID == "" {
-				continue // outside any turn: nothing supersedes it
-			}
-			switch rec.Type {
-			case sandbox.TypeTurnStarted:
-				// Turns run one at a time: a turn left open when another
-				// starts never completes, so it is never compacted.
-				clear(open)
-				open[f.TurnID] = &openTurn{first: rec.ID, latest: map[string]uint64{}}
-			case sandbox.TypeTurnCompleted:
-				if ot := open[f.TurnID]; ot != nil {
-					victims = append(victims, ot.superseded...)
-					delete(open, f.TurnID)
-				}
-			case sandbox.TypeMessageUpdated:
-				ot := open[f.TurnID]
-				if ot == nil {
-					// The scan began inside this turn (a prune or a restart cut it).
-					ot = &openTurn{first: rec.ID, latest: map[string]uint64{}}
-					open[f.TurnID] = ot
-				}
-				if prev, ok := ot.latest[f.Data.PartID]; ok {
-					ot.superseded = append(ot.superseded, prev)
-				}
-				ot.latest[f.Data.PartID] = rec.ID
-			}
+			ot.latest[f.Data.PartID] = rec.ID
 		}
-		if recs[len(recs)-1].ID >= last || len(recs) < l.cfg.Batch {
-			break
-		}
+		return rec.ID < last, nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	mark := scanned
 	for _, ot := range open {
@@ -126,44 +123,35 @@ func (l *Loop) prune(ctx context.Context, sb sandbox.Sandbox, t *track, cutoff t
 	excess := t.count - l.cfg.MaxEvents
 	var (
 		bounds []uint64 // the last id of every Batch records to remove
-		after  = uint64(sb.PrunedThrough)
 		seen   int
-		limit  = l.cfg.Batch
+		limit  = scanPages * l.cfg.Batch
 	)
 	if excess <= 0 {
 		limit = 1 // usually the oldest event is young and one record says so
 	}
-scan:
-	for after < t.counted {
-		recs, err := l.cfg.Store.Read(ctx, sb.ID, after, limit)
-		if err != nil {
-			return 0, err
+	err := l.scan(ctx, sb.ID, uint64(sb.PrunedThrough), limit, func(rec sandbox.Record) (bool, error) {
+		if rec.ID > t.counted {
+			return false, nil // not counted yet: left for the next pass
 		}
-		for _, rec := range recs {
-			if rec.ID > t.counted {
-				break scan // not counted yet: left for the next pass
+		seen++
+		if seen > excess {
+			ts, err := recordTS(rec)
+			if err != nil {
+				return false, fmt.Errorf("event %d: %w", rec.ID, err)
 			}
-			seen++
-			if seen > excess {
-				ts, err := recordTS(rec)
-				if err != nil {
-					return 0, fmt.Errorf("event %d: %w", rec.ID, err)
-				}
-				if !ts.Before(cutoff) {
-					break scan
-				}
-			}
-			if (seen-1)%l.cfg.Batch == 0 {
-				bounds = append(bounds, rec.ID)
-			} else {
-				bounds[len(bounds)-1] = rec.ID
+			if !ts.Before(cutoff) {
+				return false, nil
 			}
 		}
-		if len(recs) < limit {
-			break
+		if (seen-1)%l.cfg.Batch == 0 {
+			bounds = append(bounds, rec.ID)
+		} else {
+			bounds[len(bounds)-1] = rec.ID
 		}
-		after = recs[len(recs)-1].ID
-		limit = l.cfg.Batch
+		return rec.ID < t.counted, nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	removed := 0
 	for i, through := range bounds {
@@ -181,13 +169,68 @@ scan:
 	return removed, nil
 }
 
+// restFactor is how many times as long as a write batch took the loop rests
+// after it.
+const restFactor = 2
+
+// Scanner is what a Store may add to let scans read its records without
+// copying them: Scan calls fn with up to limit retained records with id >
+// after, in order; a record's JSON is valid only during the call. An error
+// from fn ends the scan and is returned. A Store without it is read with
+// Read.
+type Scanner interface {
+	Scan(ctx context.Context, id string, after uint64, limit int, fn func(sandbox.Record) error) error
+}
+
+// errStop ends a Scan early.
+var errStop = errors.New("stop")
+
+// scan calls fn with the retained records of sandbox id after the given id,
+// in order, reading the first limit records, then pages of scanPages
+// batches, until fn says to stop or the log ends. fn must not keep a
+// record's JSON.
+func (l *Loop) scan(ctx context.Context, id string, after uint64, limit int, fn func(sandbox.Record) (bool, error)) error {
+	for {
+		n, stop := 0, false
+		visit := func(rec sandbox.Record) error {
+			n++
+			after = rec.ID
+			more, err := fn(rec)
+			if err == nil && !more {
+				stop, err = true, errStop
+			}
+			return err
+		}
+		var err error
+		if sc, ok := l.cfg.Store.(Scanner); ok {
+			err = sc.Scan(ctx, id, after, limit, visit)
+		} else {
+			var recs []sandbox.Record
+			if recs, err = l.cfg.Store.Read(ctx, id, after, limit); err == nil {
+				for _, rec := range recs {
+					if err = visit(rec); err != nil {
+						break
+					}
+				}
+			}
+		}
+		if stop {
+			return nil
+		}
+		if err != nil || n < limit {
+			return err
+		}
+		limit = scanPages * l.cfg.Batch
+	}
+}
+
 // paced runs the i-th write batch of a series. Before every batch but the
-// first it rests as long as the previous batch took, so appends get commits
-// of their own between batches instead of queueing behind the next one: a
-// long prune runs at about half speed, appends at about theirs.
+// first it rests twice as long as the previous batch took (restFactor), so
+// most commits of appends carry no batch: a long prune runs at about a
+// third of the speed it could, appends at about theirs.
 func (l *Loop) paced(ctx context.Context, i int, write func() (int, error)) (int, error) {
 	if i > 0 {
-		timer := time.NewTimer(l.lastBatch)
+		timer := time.NewTimer(restFactor * l.lastBatch)
 		select {
 		case <-ctx.Done():
 			timer.Stop()

@@ -75,6 +75,7 @@ func (s *Store) commitLoop() {
 			for _, r := range reqs {
 				b.add(r)
 			}
+			s.carry(b)
 			fl = s.launch(b)
 			continue
 		}
@@ -129,7 +130,7 @@ func (s *Store) commitLoop() {
 			s.relieve()
 			continue
 		}
-		s.relieve()
+		s.carry(b)
 		fl = s.launch(b)
 	}
 	if s.keepWAL.Load() {
@@ -229,9 +230,10 @@ func allAppends(reqs []*request) bool {
 
 // batch is a batch of appends prepared outside any transaction.
 type batch struct {
-	t    *txn
-	reqs []*request
-	errs []error
+	t     *txn
+	reqs  []*request
+	errs  []error
+	chunk *chunk // WAL to materialize in the batch's transaction, if any
 }
 
 // newBatch starts a batch on top of the states base (the flight's
@@ -282,7 +284,7 @@ func (s *Store) launch(b *batch) *flight {
 	if len(b.reqs) == 0 {
 		return nil
 	}
-	if !b.t.dirty {
+	if !b.t.dirty && b.chunk == nil {
 		b.answer()
 		return nil
 	}
@@ -291,6 +293,9 @@ func (s *Store) launch(b *batch) *flight {
 	go func() {
 		fl.done <- s.db.Update(func(tx *bbolt.Tx) error {
 			if err := b.t.begin(tx); err != nil {
+				return err
+			}
+			if err := b.chunk.materialize(b.t); err != nil {
 				return err
 			}
 			if err := b.t.flush(); err != nil {
@@ -319,6 +324,9 @@ func (s *Store) land(fl *flight, err error) {
 	}
 	s.commitMu.Unlock()
 	b.answer()
+	if b.chunk != nil && err == nil && s.afterMaterialize != nil {
+		s.afterMaterialize()
+	}
 }
 
 // commitSync runs a batch that holds writes other than appends: flushes
@@ -379,6 +387,26 @@ func (s *Store) flushFor(batch []*request) {
 			w.err = err
 		}
 	}
+}
+
+// carry gives a batch of appends about to launch a chunk of the WAL to
+// materialize in its transaction when the WAL holds more than its limits,
+// so moving the WAL costs no commit of its own and overlaps the preparing
+// of the next batch like any flight. Past twice the limits, relieve
+// materializes on its own first (backpressure).
+func (s *Store) carry(b *batch) {
+	if s.walOver(2) {
+		s.relieve()
+	}
+	if s.keepWAL.Load() || !s.walOver(1) || len(b.reqs) == 0 || b.t.base != nil {
+		return
+	}
+	c, err := s.pickChunk(b.t)
+	if err != nil {
+		s.log.Error("event store: choosing WAL to materialize failed", "err", err)
+		return
+	}
+	b.chunk = c
 }
 
 // relieve materializes a chunk when the WAL holds more than its limits,

@@ -39,10 +39,10 @@
 // Appends do not touch the sandboxes' buckets. A commit of appends writes one
 // WAL entry per request: the sandbox id, the records with their ids, and the
 // state a mutate left when one ran (which a replay cannot derive from the
-// records). All sandboxes' entries interleave in the WAL's tail pages, so a
-// commit of 256 one-event appends to 256 sandboxes writes a few dozen pages,
-// where writing each sandbox's own buckets would rewrite several pages of
-// each. The committer pipelines such batches: while one commits and syncs,
+// records). A commit's entries go under one WAL key as one value, so a
+// commit of 256 one-event appends to 256 sandboxes is one Put and one run of
+// pages, where writing each sandbox's own buckets would rewrite several
+// pages of each. The committer pipelines such batches: while one commits and syncs,
 // the next is prepared in memory (ids, fold, encoding) on top of the states
 // the first will publish; if the first fails, so does the second. Creates
 // and drops wait for the pipeline to drain and apply in a transaction of
@@ -64,7 +64,9 @@
 // (backpressure: at twice that, appends wait until it is back under), when
 // it has held entries for 250 ms and nothing else waits, before Stats,
 // Check and Close, and, for the sandbox concerned, inside the transaction
-// of a prune or a compaction. Transactions stay bounded (4,096 records or
+// of a prune or a compaction. Over the limits, the chunk rides in the next
+// commit of appends (its transaction materializes, truncates, then writes
+// its own WAL value), so it costs no commit of its own. Transactions stay bounded (4,096 records or
 // 2 MiB, at least one sandbox), so a materialization holds appends for
 // milliseconds, not seconds.
 //

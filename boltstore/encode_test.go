@@ -65,6 +65,40 @@ func TestWALEntry(t *testing.T) {
 	})
 }
 
+// TestWALValue checks the value of a commit's entries: one entry stands
+// alone, several form a batch that decodes to them in order.
+func TestWALValue(t *testing.T) {
+	v1, _ := walEntryOf(t, "c_1", nil, 1, 2)
+	v2, _ := walEntryOf(t, "c_2", []byte(`{"sandbox":{}}`), 7)
+	v3, _ := walEntryOf(t, "c_1", nil, 3)
+	if got := encodeWALValue([][]byte{v1}); !bytes.Equal(got, v1) {
+		t.Fatalf("one entry encoded as %q, want the entry itself", got)
+	}
+	batch := encodeWALValue([][]byte{v1, v2, v3})
+	ents, err := decodeWALValue(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range ents {
+		got = append(got, fmt.Sprintf("%s:%d:%d", e.sandbox, len(e.recs), e.recs[0].id))
+	}
+	if want := []string{"c_1:2:1", "c_2:1:7", "c_1:1:3"}; !slices.Equal(got, want) {
+		t.Fatalf("decoded %v, want %v", got, want)
+	}
+	for name, bad := range map[string][]byte{
+		"Empty":     {},
+		"NoEntries": {walBatchVersion, 0},
+		"Truncated": batch[:len(batch)-1],
+		"Trailing":  append(slices.Clone(batch), 0),
+		"BadEntry":  encodeWALValue([][]byte{v1, {9}}),
+	} {
+		if _, err := decodeWALValue(bad); !errors.Is(err, errBadWALEntry) {
+			t.Errorf("%s: err = %v, want %v", name, err, errBadWALEntry)
+		}
+	}
+}
+
 // TestAppendValue checks that the value the committer builds from the
 // envelope its caller encoded is, byte for byte, the one the envelope
 // encoder builds with the id, including where the encoder is not used.

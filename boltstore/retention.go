@@ -171,12 +171,7 @@ func readWALStats(tx *bbolt.Tx) (map[string]*walStats, error) {
 	}
 	out := make(map[string]*walStats)
 	marks := make(map[string]uint64)
-	c := wal.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		ent, err := decodeWALEntry(v)
-		if err != nil {
-			return nil, fmt.Errorf("WAL entry %d: %w", keyID(k), err)
-		}
+	err := eachWALEntry(wal, func(key uint64, ent walEntry) error {
 		mark, ok := marks[ent.sandbox]
 		if !ok {
 			mark = math.MaxUint64 // a sandbox dropped since
@@ -185,8 +180,8 @@ func readWALStats(tx *bbolt.Tx) (map[string]*walStats, error) {
 			}
 			marks[ent.sandbox] = mark
 		}
-		if keyID(k) <= mark {
-			continue
+		if key <= mark {
+			return nil
 		}
 		w := out[ent.sandbox]
 		if w == nil {
@@ -203,10 +198,14 @@ func readWALStats(tx *bbolt.Tx) (map[string]*walStats, error) {
 				} `json:"sandbox"`
 			}
 			if err := json.Unmarshal(ent.state, &st); err != nil {
-				return nil, fmt.Errorf("WAL entry %d: decode state: %w", keyID(k), err)
+				return fmt.Errorf("WAL entry %d: decode state: %w", key, err)
 			}
 			w.status = st.Sandbox.Status
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -292,23 +291,21 @@ func checkLayout(tx *bbolt.Tx) []error {
 	if wal == nil {
 		return errs
 	}
-	c := wal.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		ent, err := decodeWALEntry(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("WAL entry %d: %w", keyID(k), err))
-			continue
-		}
+	err = eachWALEntry(wal, func(key uint64, ent walEntry) error {
 		mark, ok := marks[ent.sandbox]
-		if !ok || keyID(k) <= mark {
-			continue // a sandbox dropped since, or an entry its buckets hold
+		if !ok || key <= mark {
+			return nil // a sandbox dropped since, or an entry its buckets hold
 		}
 		for _, r := range ent.recs {
 			if r.id != next[ent.sandbox] {
-				errs = append(errs, fmt.Errorf("WAL entry %d: sandbox %s: event %d where %d was next", keyID(k), ent.sandbox, r.id, next[ent.sandbox]))
+				errs = append(errs, fmt.Errorf("WAL entry %d: sandbox %s: event %d where %d was next", key, ent.sandbox, r.id, next[ent.sandbox]))
 			}
 			next[ent.sandbox] = r.id + 1
 		}
+		return nil
+	})
+	if err != nil {
+		errs = append(errs, err)
 	}
 	return errs
 }

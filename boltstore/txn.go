@@ -208,14 +208,17 @@ func (p *pending) firstID() uint64 {
 // sequence, meta, state, the WAL mark and the resources. Each is written
 // once per transaction, however many requests touched it.
 func (t *txn) flush() error {
+	var logged []*pending
 	for _, p := range t.order {
-		if p.dropped {
-			continue
+		if !p.dropped && !p.direct {
+			logged = append(logged, p)
 		}
-		if !p.direct {
-			if err := t.putWAL(p); err != nil {
-				return err
-			}
+	}
+	if err := t.putWAL(logged); err != nil {
+		return err
+	}
+	for _, p := range t.order {
+		if p.dropped || !p.direct {
 			continue
 		}
 		if !p.changed && !p.moved {

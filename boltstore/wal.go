@@ -34,9 +34,13 @@ type walTail struct {
 	approvals map[string]*sandbox.Approval
 }
 
-// walEntryVersion leads every WAL value, so that a later layout can be told
-// apart.
-const walEntryVersion = 1
+// walEntryVersion leads a WAL value that holds one entry, walBatchVersion
+// one that holds several (a commit's entries under one key: one Put, and
+// its bytes written as one run of pages). A later layout gets a new byte.
+const (
+	walEntryVersion = 1
+	walBatchVersion = 2
+)
 
 // walEntry is one request's part of a commit, as the WAL keeps it: the
 // sandbox, the state a mutate left (nil when none ran), and the records.
@@ -91,6 +95,77 @@ func decodeWALEntry(v []byte) (walEntry, error) {
 	return e, d.err
 }
 
+// encodeWALValue makes the value of a commit's entries: the entry itself
+// when there is one, else a batch: walBatchVersion, the uvarint count, and
+// each entry uvarint-prefixed.
+func encodeWALValue(entries [][]byte) []byte {
+	if len(entries) == 1 {
+		return entries[0]
+	}
+	size := 1 + binary.MaxVarintLen64
+	for _, e := range entries {
+		size += binary.MaxVarintLen64 + len(e)
+	}
+	b := append(make([]byte, 0, size), walBatchVersion)
+	b = binary.AppendUvarint(b, uint64(len(entries)))
+	for _, e := range entries {
+		b = binary.AppendUvarint(b, uint64(len(e)))
+		b = append(b, e...)
+	}
+	return b
+}
+
+// decodeWALValue decodes the entries of a WAL value, in commit order. The
+// slices it returns point into v.
+func decodeWALValue(v []byte) ([]walEntry, error) {
+	if len(v) > 0 && v[0] == walEntryVersion {
+		e, err := decodeWALEntry(v)
+		return []walEntry{e}, err
+	}
+	if len(v) == 0 || v[0] != walBatchVersion {
+		return nil, errBadWALEntry
+	}
+	d := walDecoder{b: v[1:]}
+	n := d.uvarint()
+	if d.err == nil && (n == 0 || n > uint64(len(d.b))) {
+		return nil, errBadWALEntry // each entry takes at least a byte
+	}
+	ents := make([]walEntry, 0, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		b := d.bytes()
+		if d.err != nil {
+			break
+		}
+		e, err := decodeWALEntry(b)
+		if err != nil {
+			return nil, err
+		}
+		ents = append(ents, e)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = errBadWALEntry
+	}
+	return ents, d.err
+}
+
+// eachWALEntry calls fn with every entry of the WAL, oldest first, with the
+// key of the value that holds it.
+func eachWALEntry(wal *bbolt.Bucket, fn func(key uint64, ent walEntry) error) error {
+	c := wal.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		ents, err := decodeWALValue(v)
+		if err != nil {
+			return fmt.Errorf("WAL entry %d: %w", keyID(k), err)
+		}
+		for _, ent := range ents {
+			if err := fn(keyID(k), ent); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 type walDecoder struct {
 	b   []byte
 	err error
@@ -143,19 +218,29 @@ func (p *pending) addWAL(state []byte, w *appendWrite) {
 	p.entries = append(p.entries, b)
 }
 
-// putWAL writes a sandbox's WAL entries under the next WAL keys.
-func (t *txn) putWAL(p *pending) error {
-	for _, v := range p.entries {
-		key, err := t.wal.NextSequence()
-		if err != nil {
-			return err
-		}
-		if err := t.wal.Put(idKey(key), v); err != nil {
-			return err
-		}
-		p.walKeys = append(p.walKeys, key)
-		t.walPut++
+// putWAL writes the entries of the sandboxes in WAL mode as one value
+// under the next WAL key.
+func (t *txn) putWAL(ps []*pending) error {
+	var entries [][]byte
+	for _, p := range ps {
+		entries = append(entries, p.entries...)
 	}
+	if len(entries) == 0 {
+		return nil
+	}
+	key, err := t.wal.NextSequence()
+	if err != nil {
+		return err
+	}
+	if err := t.wal.Put(idKey(key), encodeWALValue(entries)); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if len(p.entries) > 0 {
+			p.walKeys = append(p.walKeys, key)
+		}
+	}
+	t.walPut++
 	return nil
 }
 
@@ -200,6 +285,31 @@ func (s *Store) dropTail(e *entry, id string) {
 // to the chunk limits (at least one), in one transaction, and truncates the
 // WAL up to the oldest entry some tail still needs.
 func (s *Store) materializeChunk() error {
+	err := s.update(func(t *txn) error {
+		c, err := s.pickChunk(t)
+		if err != nil {
+			return err
+		}
+		return c.materialize(t)
+	}, false)
+	if err == nil && s.afterMaterialize != nil {
+		s.afterMaterialize()
+	}
+	return err
+}
+
+// chunk is a bounded part of the WAL to materialize: the tails of the
+// sandboxes whose entries are oldest, and the key below which the WAL is
+// then truncated.
+type chunk struct {
+	ps    []*pending
+	floor uint64
+}
+
+// pickChunk chooses the sandboxes of the next chunk and adds them to t. The
+// committer calls it outside the transaction (a batch about to launch) or
+// inside it.
+func (s *Store) pickChunk(t *txn) (*chunk, error) {
 	ids := slices.SortedFunc(maps.Keys(s.tails), func(a, b string) int {
 		return cmp.Compare(s.tails[a].wal.keys[0], s.tails[b].wal.keys[0])
 	})
@@ -208,26 +318,33 @@ func (s *Store) materializeChunk() error {
 		w := s.tails[ids[n]].wal
 		recs, size, n = recs+len(w.recs), size+w.bytes, n+1
 	}
-	floor := uint64(math.MaxUint64)
+	c := &chunk{floor: math.MaxUint64}
 	if n < len(ids) {
-		floor = s.tails[ids[n]].wal.keys[0]
+		c.floor = s.tails[ids[n]].wal.keys[0]
 	}
-	err := s.update(func(t *txn) error {
-		for _, id := range ids[:n] {
-			p, err := t.sandbox(id)
-			if err != nil {
-				return err
-			}
-			if err := t.materialize(p); err != nil {
-				return err
-			}
+	for _, id := range ids[:n] {
+		p, err := t.sandbox(id)
+		if err != nil {
+			return nil, err
 		}
-		return t.truncate(floor)
-	}, false)
-	if err == nil && s.afterMaterialize != nil {
-		s.afterMaterialize()
+		c.ps = append(c.ps, p)
 	}
-	return err
+	return c, nil
+}
+
+// materialize moves the chunk's tails into their buckets and truncates the
+// WAL below its floor, before the transaction writes WAL entries of its
+// own. A nil chunk does nothing.
+func (c *chunk) materialize(t *txn) error {
+	if c == nil {
+		return nil
+	}
+	for _, p := range c.ps {
+		if err := t.materialize(p); err != nil {
+			return err
+		}
+	}
+	return t.truncate(c.floor)
 }
 
 // materializeAll materializes every tail and empties the WAL.
@@ -271,7 +388,8 @@ func (t *txn) truncate(floor uint64) error {
 type replaying struct {
 	b, events *bbolt.Bucket // nil for a sandbox that no longer exists
 	state     *sandbox.State
-	mark      uint64
+	mark      uint64 // the last WAL key applied
+	held      uint64 // the WAL mark the buckets had: entries up to it are in them
 	changed   bool
 	turns     map[string]*sandbox.Turn
 	approvals map[string]*sandbox.Approval
@@ -292,30 +410,31 @@ func replayWAL(tx *bbolt.Tx) (applied int, err error) {
 	sbs := make(map[string]*replaying)
 	var order []string
 	var keys []uint64
-	c := wal.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		key := keyID(k)
-		keys = append(keys, key)
-		ent, err := decodeWALEntry(v)
-		if err != nil {
-			return 0, fmt.Errorf("WAL entry %d: %w", key, err)
+	err = eachWALEntry(wal, func(key uint64, ent walEntry) error {
+		if len(keys) == 0 || keys[len(keys)-1] != key {
+			keys = append(keys, key)
 		}
 		r := sbs[ent.sandbox]
 		if r == nil {
+			var err error
 			if r, err = openReplaying(root, ent.sandbox); err != nil {
-				return 0, err
+				return err
 			}
 			sbs[ent.sandbox] = r
 			order = append(order, ent.sandbox)
 		}
-		if r.b == nil || key <= r.mark {
-			continue // dropped since, or materialized
+		if r.b == nil || key <= r.held {
+			return nil // dropped since, or materialized
 		}
 		if err := r.apply(ent); err != nil {
-			return 0, fmt.Errorf("WAL entry %d: sandbox %s: %w", key, ent.sandbox, err)
+			return fmt.Errorf("WAL entry %d: sandbox %s: %w", key, ent.sandbox, err)
 		}
 		r.mark, r.changed = key, true
 		applied++
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	for _, id := range order {
 		if r := sbs[id]; r.changed {
@@ -348,6 +467,7 @@ func openReplaying(root *bbolt.Bucket, id string) (*replaying, error) {
 		return nil, err
 	}
 	r.b, r.events, r.state, r.mark = b, events, st, readWALMark(b)
+	r.held = r.mark
 	return r, nil
 }
 

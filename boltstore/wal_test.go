@@ -188,6 +188,42 @@ func TestCrashReplay(t *testing.T) {
 			}
 		}
 	})
+	t.Run("SharedCommit", func(t *testing.T) {
+		// Three appends in one commit, two of them to the same sandbox,
+		// share one WAL value; replay applies every entry of it.
+		path := filepath.Join(t.TempDir(), "sparkles.db")
+		s := MustOpenStoreAt(t, path, Options{})
+		mustCreate(t, s, "c_1")
+		mustCreate(t, s, "c_2")
+		mustCreate(t, s, "c_3")
+		mustAppend(t, s, "c_1", textEvents(2)...)
+		var commits int
+		s.afterCommit = func(map[string]uint64) { commits++ }
+		release := stallCommitter(t, s, "c_3")
+		r1, _ := enqueueAppend(t, s, "c_1", textEvents(1), nil)
+		r2, _ := enqueueAppend(t, s, "c_2", textEvents(2), nil)
+		r3, _ := enqueueAppend(t, s, "c_1", textEvents(3), nil)
+		release()
+		for _, r := range []*request{r1, r2, r3} {
+			if err := <-r.done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if commits > 2 {
+			t.Fatalf("%d commits, want the three appends in one (the stalled one may join it)", commits)
+		}
+		want := map[string][]uint64{"c_1": seq(1, 6), "c_2": seq(1, 2)}
+		crashClose(t, s)
+		s = MustOpenStoreAt(t, path, Options{})
+		for id, ids := range want {
+			if got := recordIDs(mustRead(t, s, id, 0, 100)); !slices.Equal(got, ids) {
+				t.Fatalf("%s after replay: %v, want %v", id, got, ids)
+			}
+		}
+		if err := s.Check(); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("DropAndCreate", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "sparkles.db")
 		s := MustOpenStoreAt(t, path, Options{})

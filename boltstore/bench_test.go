@@ -15,6 +15,10 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
+// benchText is the text of every benchEvent, built once: the writers
+// should not spend the CPU they share with the store on making it.
+var benchText = strings.Repeat("All work and no play. ", 12)
+
 // benchEvent is a typical durable event: a message snapshot of a few hundred
 // bytes.
 func benchEvent() *sandbox.Event {
@@ -22,7 +26,7 @@ func benchEvent() *sandbox.Event {
 		Type: sandbox.TypeMessageUpdated, TS: testNow, TurnID: "turn_01jx4d9a1b2c3d4e5f6g7h8j9k",
 		Data: &sandbox.MessageUpdated{
 			MessageID: "msg_01jx4d9a1b2c3d4e5f6g7h8j9k", PartID: "part_01jx4d9a1b2c3d4e5f6g7h8j9k",
-			Kind: sandbox.PartText, Text: strings.Repeat("All work and no play. ", 12),
+			Kind: sandbox.PartText, Text: benchText,
 		},
 	}
 }

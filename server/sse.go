@@ -29,32 +29,11 @@ const replayBatch = 256
 // the replay after the cursor, then the live tail.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	id := ps.ByName("id")
-	cursor, given, err := cursorOf(r)
+	o, err := s.openStream(r, id)
 	if err != nil {
 		return err
 	}
 	ctx := r.Context()
-	// The wake-up channel is taken before the state is read, so a commit
-	// that lands between the two still wakes this stream: nothing after the
-	// snapshot's last_event_id can be missed.
-	wake := s.b.Wait(id)
-	st, err := s.b.State(ctx, id)
-	if err != nil {
-		return err
-	}
-	// Every answer that is not a stream (404, 410) must be decided here,
-	// while a JSON error can still be sent.
-	if given {
-		if err := st.Marks().CheckCursor(id, cursor); err != nil {
-			return err
-		}
-	} else {
-		cursor = uint64(st.Sandbox.LastEventID)
-	}
-	snap, err := snapshotFrame(id, &st)
-	if err != nil {
-		return err
-	}
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -69,11 +48,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 		ping: time.NewTimer(s.cfg.Keepalive),
 	}
 	defer c.ping.Stop()
-	s.cfg.Observer.StreamOpened(given)
+	s.cfg.Observer.StreamOpened(o.given)
 	defer s.cfg.Observer.StreamClosed()
 	// Once the headers are out, failures can only end the stream: the
 	// client reconnects with its Last-Event-ID and gets a proper answer.
-	err = s.follow(ctx, c, id, cursor, wake, &st, snap)
+	err = s.follow(ctx, c, id, o)
 	if err != nil {
 		level := slog.LevelDebug // the client left: nothing to see
 		if ctx.Err() == nil && !isWriteError(err) && !sandbox.IsType(err, sandbox.ECursorPruned) {
@@ -96,20 +75,61 @@ func isWriteError(err error) bool {
 	return ok
 }
 
-// follow writes the snapshot, then every event after cursor, then the live
-// tail, until the client or the server leaves (nil) or something fails. wake
-// must have been taken before st was read.
-func (s *Server) follow(ctx context.Context, c *sseConn, id string, cursor uint64, wake <-chan struct{}, st *sandbox.State, snap []byte) error {
+// opened is what a stream keeps of the state it starts from. openStream
+// reads, checks and encodes the state in a frame of its own, gone before
+// the stream waits, so that an idle stream's stack can shrink at GC.
+type opened struct {
+	cursor         uint64
+	given          bool // the client gave a cursor
+	wake           <-chan struct{}
+	status, detail string
+	snap           []byte // the snapshot frame's data line
+}
+
+// openStream decides every answer that is not a stream (404, 410) while a
+// JSON error can still be sent, and reads what the stream starts from.
+func (s *Server) openStream(r *http.Request, id string) (*opened, error) {
+	cursor, given, err := cursorOf(r)
+	if err != nil {
+		return nil, err
+	}
+	// The wake-up channel is taken before the state is read, so a commit
+	// that lands between the two still wakes this stream: nothing after the
+	// snapshot's last_event_id can be missed.
+	wake := s.b.Wait(id)
+	st, err := s.b.State(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	if given {
+		if err := st.Marks().CheckCursor(id, cursor); err != nil {
+			return nil, err
+		}
+	} else {
+		cursor = uint64(st.Sandbox.LastEventID)
+	}
+	snap, err := snapshotFrame(id, &st)
+	if err != nil {
+		return nil, err
+	}
+	return &opened{cursor: cursor, given: given, wake: wake, status: st.Sandbox.Status, detail: st.Sandbox.StatusDetail, snap: snap}, nil
+}
+
+// follow writes the snapshot, then every event after the cursor, then the
+// live tail, until the client or the server leaves (nil) or something
+// fails.
+func (s *Server) follow(ctx context.Context, c *sseConn, id string, o *opened) error {
 	if err := c.flush(); err != nil {
 		return err
 	}
-	if err := c.transient(sandbox.TypeSnapshot, snap); err != nil {
+	if err := c.transient(sandbox.TypeSnapshot, o.snap); err != nil {
 		return err
 	}
+	o.snap = nil // not needed while the stream waits
 	if err := c.flush(); err != nil {
 		return err
 	}
-	status, detail := st.Sandbox.Status, st.Sandbox.StatusDetail
+	cursor, wake, status, detail := o.cursor, o.wake, o.status, o.detail
 	for {
 		// A prune that overtakes this reader makes Read fail with
 		// cursor_pruned; ending the stream lets the reconnect answer it

@@ -6,7 +6,7 @@
 // # Layout
 //
 //	wal/                            top-level bucket: the write-ahead log
-//	  8-byte big-endian WAL key -> one request's entry (see WAL)
+//	  8-byte big-endian WAL key -> one commit's entries, one per request (see Writes)
 //	sandboxes/                      top-level bucket
 //	  <sandbox id>/                 one nested bucket per sandbox; ids are
 //	                                prefixed ULIDs, so key order is creation order

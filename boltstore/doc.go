@@ -6,7 +6,7 @@
 // # Layout
 //
 //	wal/                            top-level bucket: the write-ahead log
-//	  8-byte big-endian WAL key -> one commit's entries, one per request (see Writes)
+//	  8-byte big-endian WAL key -> entries of one commit, one per request (see Writes)
 //	sandboxes/                      top-level bucket
 //	  <sandbox id>/                 one nested bucket per sandbox; ids are
 //	                                prefixed ULIDs, so key order is creation order
@@ -39,10 +39,10 @@
 // Appends do not touch the sandboxes' buckets. A commit of appends writes one
 // WAL entry per request: the sandbox id, the records with their ids, and the
 // state a mutate left when one ran (which a replay cannot derive from the
-// records). A commit's entries go under one WAL key as one value, so a
-// commit of 256 one-event appends to 256 sandboxes is one Put and one run of
-// pages, where writing each sandbox's own buckets would rewrite several
-// pages of each. The committer pipelines such batches: while one commits and syncs,
+// records). A commit's entries go under a few WAL keys as values of up to
+// 8 KiB, so a commit of 256 one-event appends to 256 sandboxes is a dozen
+// Puts into the WAL's last pages, where writing each sandbox's own buckets
+// would rewrite several pages of each. The committer pipelines such batches: while one commits and syncs,
 // the next is prepared in memory (ids, fold, encoding) on top of the states
 // the first will publish; if the first fails, so does the second. Creates
 // and drops wait for the pipeline to drain and apply in a transaction of

@@ -55,6 +55,7 @@ const (
 	defaultChunkRecords  = 4096
 	defaultChunkBytes    = 2 << 20
 	defaultTruncateBatch = 8192
+	defaultWALValueMax   = 8 << 10
 )
 
 // walLimits are the materialization thresholds; tests lower them.
@@ -64,6 +65,7 @@ type walLimits struct {
 	chunkRecords, chunkBytes int           // bound one materialization transaction
 	truncateBatch            int           // WAL keys deleted per transaction at most
 	ride                     time.Duration // how long a prune waits for appends to ride with (see commitLoop); 0 is rideWait
+	valueMax                 int           // bytes of entries per WAL value (see putWAL); 0 is defaultWALValueMax
 }
 
 // Store is the bbolt implementation of coordinator.Store. See doc.go for
@@ -165,6 +167,9 @@ func Open(path string, opts Options) (*Store, error) {
 func open(path string, opts Options, limits walLimits) (*Store, error) {
 	if limits.ride <= 0 {
 		limits.ride = rideWait
+	}
+	if limits.valueMax <= 0 {
+		limits.valueMax = defaultWALValueMax
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second

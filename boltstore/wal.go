@@ -218,30 +218,53 @@ func (p *pending) addWAL(state []byte, w *appendWrite) {
 	p.entries = append(p.entries, b)
 }
 
-// putWAL writes the entries of the sandboxes in WAL mode as one value
-// under the next WAL key.
+// putWAL writes the entries of the sandboxes in WAL mode under the next WAL
+// keys, as few values as the value limit allows (a sandbox's entries of a
+// commit stay in one value). The limit matters: bbolt rewrites the leaf a
+// Put lands in, and the WAL's last leaf holds the previous commit's value,
+// so a commit of one huge value wrote the one before it again.
 func (t *txn) putWAL(ps []*pending) error {
-	var entries [][]byte
-	for _, p := range ps {
-		entries = append(entries, p.entries...)
-	}
-	if len(entries) == 0 {
-		return nil
-	}
-	key, err := t.wal.NextSequence()
-	if err != nil {
-		return err
-	}
-	if err := t.wal.Put(idKey(key), encodeWALValue(entries)); err != nil {
-		return err
-	}
-	for _, p := range ps {
-		if len(p.entries) > 0 {
+	var (
+		group   []*pending
+		entries [][]byte
+		size    int
+	)
+	put := func() error {
+		if len(entries) == 0 {
+			return nil
+		}
+		key, err := t.wal.NextSequence()
+		if err != nil {
+			return err
+		}
+		if err := t.wal.Put(idKey(key), encodeWALValue(entries)); err != nil {
+			return err
+		}
+		for _, p := range group {
 			p.walKeys = append(p.walKeys, key)
 		}
+		t.walPut++
+		group, entries, size = group[:0], entries[:0], 0
+		return nil
 	}
-	t.walPut++
-	return nil
+	for _, p := range ps {
+		if len(p.entries) == 0 {
+			continue
+		}
+		n := 0
+		for _, e := range p.entries {
+			n += len(e)
+		}
+		if size > 0 && size+n > t.s.limits.valueMax {
+			if err := put(); err != nil {
+				return err
+			}
+		}
+		group = append(group, p)
+		entries = append(entries, p.entries...)
+		size += n
+	}
+	return put()
 }
 
 // growTail adds what a transaction wrote to the WAL for p to its sandbox's

@@ -93,23 +93,6 @@ func TestAppend(t *testing.T) {
 			t.Fatalf("ts = %v, want the store clock %v", got, want)
 		}
 	})
-	t.Run("ErrInvalidRequest", func(t *testing.T) {
-		s := MustOpenStore(t)
-		mustCreate(t, s, "c_1")
-		for name, ev := range map[string]*sandbox.Event{
-			"Transient":    {Type: sandbox.TypeSandboxStatus, Data: &sandbox.SandboxStatus{Status: "ready"}},
-			"OtherSandbox": {Type: sandbox.TypeSandboxError, SandboxID: "c_2", Data: &sandbox.SandboxError{Code: "internal"}},
-			"Nil":          nil,
-		} {
-			err := s.Append(ctx, "c_1", []*sandbox.Event{ev}, nil)
-			if got, want := errType(err), sandbox.EInvalidRequest; got != want {
-				t.Fatalf("%s: err = %v, want %s", name, err, want)
-			}
-		}
-		if head, _ := s.Head("c_1"); head.LastEventID != 0 {
-			t.Fatalf("rejected appends wrote events: last id %d", head.LastEventID)
-		}
-	})
 	t.Run("ErrCanceled", func(t *testing.T) {
 		s := MustOpenStore(t)
 		mustCreate(t, s, "c_1")

@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -318,31 +317,14 @@ func (s *Store) newAppend(id string, events []*sandbox.Event, mutate func(*sandb
 		ids:    make([]uint64, len(events)),
 	}
 	for i, ev := range events {
-		if ev == nil {
-			return nil, sandbox.Errorf(sandbox.EInvalidRequest, "append to %s: event %d is nil", id, i)
-		}
-		if !ev.Type.Durable() {
-			return nil, sandbox.Errorf(sandbox.EInvalidRequest, "append to %s: %q events are transient and never stored", id, ev.Type)
-		}
-		if ev.SandboxID == "" {
-			ev.SandboxID = id
-		} else if ev.SandboxID != id {
-			return nil, sandbox.Errorf(sandbox.EInvalidRequest, "append to %s: event belongs to sandbox %s", id, ev.SandboxID)
-		}
-		if ev.TS.IsZero() {
-			ev.TS = s.now()
-		}
 		// Encoding here rather than in the committer spreads the work over
 		// the callers' goroutines; the committer only adds the id. The
 		// state folds a copy that holds exactly what a reader of the log
 		// (or a WAL replay) decodes and shares no memory with the caller's
 		// payload.
-		data, err := json.Marshal(ev.Data)
+		data, err := sandbox.PrepareAppend(id, i, ev, s.now)
 		if err != nil {
-			return nil, fmt.Errorf("append to %s: encode %s data: %w", id, ev.Type, err)
-		}
-		if string(data) == "null" {
-			data = []byte("{}")
+			return nil, err
 		}
 		folded, ok := foldCopy(ev.Type, ev.Data)
 		if !ok {

@@ -44,26 +44,9 @@ type prepared struct {
 func (s *Store) prepare(id string, events []*sandbox.Event) ([]prepared, error) {
 	batch := make([]prepared, len(events))
 	for i, ev := range events {
-		if ev == nil {
-			return nil, sandbox.Errorf(sandbox.EInvalidRequest, "append to %s: event %d is nil", id, i)
-		}
-		if !ev.Type.Durable() {
-			return nil, sandbox.Errorf(sandbox.EInvalidRequest, "append to %s: %q events are transient and never stored", id, ev.Type)
-		}
-		if ev.SandboxID == "" {
-			ev.SandboxID = id
-		} else if ev.SandboxID != id {
-			return nil, sandbox.Errorf(sandbox.EInvalidRequest, "append to %s: event belongs to sandbox %s", id, ev.SandboxID)
-		}
-		if ev.TS.IsZero() {
-			ev.TS = s.now()
-		}
-		data, err := json.Marshal(ev.Data)
+		data, err := sandbox.PrepareAppend(id, i, ev, s.now)
 		if err != nil {
-			return nil, fmt.Errorf("append to %s: encode %s data: %w", id, ev.Type, err)
-		}
-		if string(data) == "null" {
-			data = []byte("{}")
+			return nil, err
 		}
 		folded, err := sandbox.DecodeData(ev.Type, data)
 		if err != nil {

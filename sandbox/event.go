@@ -211,3 +211,33 @@ func (r Record) Decode() (Event, error) {
 
 // FormatID writes an event id as the decimal string of the contract.
 func FormatID(id uint64) string { return strconv.FormatUint(id, 10) }
+
+// PrepareAppend checks the i-th event of an append to the log of sandbox id
+// and readies it for a store: it must be durable and belong to id (an empty
+// SandboxID becomes id, a zero TS becomes now()). It returns the event's
+// encoded data, "{}" when it has none. The error of a bad event is
+// invalid_request.
+func PrepareAppend(id string, i int, ev *Event, now func() time.Time) ([]byte, error) {
+	if ev == nil {
+		return nil, Errorf(EInvalidRequest, "append to %s: event %d is nil", id, i)
+	}
+	if !ev.Type.Durable() {
+		return nil, Errorf(EInvalidRequest, "append to %s: %q events are transient and never stored", id, ev.Type)
+	}
+	if ev.SandboxID == "" {
+		ev.SandboxID = id
+	} else if ev.SandboxID != id {
+		return nil, Errorf(EInvalidRequest, "append to %s: event belongs to sandbox %s", id, ev.SandboxID)
+	}
+	if ev.TS.IsZero() {
+		ev.TS = now()
+	}
+	data, err := json.Marshal(ev.Data)
+	if err != nil {
+		return nil, fmt.Errorf("append to %s: encode %s data: %w", id, ev.Type, err)
+	}
+	if string(data) == "null" {
+		data = []byte("{}")
+	}
+	return data, nil
+}

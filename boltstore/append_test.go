@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
+	"github.com/sparkles-dev/sparkles/storetest"
 )
 
 func TestAppend(t *testing.T) {
@@ -261,21 +262,11 @@ func TestRead(t *testing.T) {
 	}
 }
 
+// TestAppendConcurrent runs the shared concurrency test with a cache
+// smaller than the backlog, so readers that fall behind read the file, and
+// checks that no reader sees an id before its commit.
 func TestAppendConcurrent(t *testing.T) {
-	const (
-		writers   = 100
-		sandboxes = 20
-		appends   = 20
-	)
-	ctx := context.Background()
-	// A cache smaller than the backlog makes readers that fall behind read
-	// the file, so both paths are exercised.
 	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: 16, MaxBatch: 64})
-	ids := make([]string, sandboxes)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("c_%02d", i)
-		mustCreate(t, s, ids[i])
-	}
 	var mu sync.Mutex
 	committed := make(map[string]uint64)
 	s.afterCommit = func(last map[string]uint64) {
@@ -285,98 +276,17 @@ func TestAppendConcurrent(t *testing.T) {
 			committed[id] = max(committed[id], n)
 		}
 	}
-
-	stop := make(chan struct{})
-	var readers sync.WaitGroup
-	readErrs := make(chan error, sandboxes)
-	for _, id := range ids {
-		readers.Go(func() {
-			var cursor uint64
-			for {
-				wait := s.Wait(id)
-				recs, err := s.Read(ctx, id, cursor, 7)
-				if err != nil {
-					readErrs <- err
-					return
-				}
-				for _, rec := range recs {
-					mu.Lock()
-					durable := rec.ID <= committed[id]
-					mu.Unlock()
-					if !durable {
-						readErrs <- fmt.Errorf("%s: read id %d before it was committed", id, rec.ID)
-						return
-					}
-					if rec.ID != cursor+1 {
-						readErrs <- fmt.Errorf("%s: read id %d after %d", id, rec.ID, cursor)
-						return
-					}
-					cursor = rec.ID
-				}
-				if len(recs) > 0 {
-					continue
-				}
-				select {
-				case <-wait:
-				case <-stop:
-					if head, _ := s.Head(id); cursor == head.LastEventID {
-						return
-					}
-				}
+	storetest.Concurrent(t, s, storetest.Concurrency{
+		Writers: 100, Sandboxes: 20, Appends: 20, Dense: true,
+		OnRead: func(id string, rec sandbox.Record) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if rec.ID > committed[id] {
+				return fmt.Errorf("%s: read id %d before it was committed", id, rec.ID)
 			}
-		})
-	}
-
-	var writersWG sync.WaitGroup
-	got := make([][]uint64, writers)
-	writeErrs := make(chan error, writers)
-	for w := range writers {
-		writersWG.Go(func() {
-			id := ids[w%sandboxes]
-			for i := range appends {
-				evs := textEvents(1 + i%3)
-				if err := s.Append(ctx, id, evs, nil); err != nil {
-					writeErrs <- err
-					return
-				}
-				for _, ev := range evs {
-					got[w] = append(got[w], ev.ID)
-				}
-			}
-		})
-	}
-	writersWG.Wait()
-	close(stop)
-	readers.Wait()
-	close(writeErrs)
-	close(readErrs)
-	for err := range writeErrs {
-		t.Fatal(err)
-	}
-	for err := range readErrs {
-		t.Fatal(err)
-	}
-
-	perSandbox := make(map[string][]uint64)
-	for w, list := range got {
-		for i := 1; i < len(list); i++ {
-			if list[i] <= list[i-1] {
-				t.Fatalf("writer %d got ids out of order: %v", w, list)
-			}
-		}
-		perSandbox[ids[w%sandboxes]] = append(perSandbox[ids[w%sandboxes]], list...)
-	}
-	for _, id := range ids {
-		list := perSandbox[id]
-		slices.Sort(list)
-		if want := seq(1, uint64(len(list))); !slices.Equal(list, want) {
-			t.Fatalf("%s: ids handed out %v, want each of 1..%d once", id, list, len(list))
-		}
-		recs := mustRead(t, s, id, 0, 10000)
-		if got, want := recordIDs(recs), list; !slices.Equal(got, want) {
-			t.Fatalf("%s: log %v, want %v", id, got, want)
-		}
-	}
+			return nil
+		},
+	})
 }
 
 // TestVisibility holds a transaction between its commit and its publication

@@ -6,20 +6,32 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// testConcurrent runs many writers over several sandboxes with a reader
+func testConcurrent(t *testing.T, open Opener) {
+	Concurrent(t, openStore(t, open), Concurrency{Writers: 24, Sandboxes: 6, Appends: 15})
+}
+
+// Concurrency sizes Concurrent and adds what a store can check beyond the
+// shared contract.
+type Concurrency struct {
+	Writers, Sandboxes, Appends int
+	// Dense: the ids of a log are 1, 2, 3, … with no gap.
+	Dense bool
+	// OnRead, when set, sees every record a tailing reader reads; an error
+	// fails the test.
+	OnRead func(id string, rec sandbox.Record) error
+}
+
+// Concurrent runs writers over sandboxes (created here) with a reader
 // tailing each log: every writer gets increasing ids, no id is handed out
 // twice, nothing acknowledged is lost, and each reader sees its log in
 // order without a gap or a duplicate.
-func testConcurrent(t *testing.T, open Opener) {
-	const (
-		writers   = 24
-		sandboxes = 6
-		appends   = 15
-	)
+func Concurrent(t *testing.T, s Store, c Concurrency) {
+	writers, sandboxes, appends := c.Writers, c.Sandboxes, c.Appends
 	ctx := context.Background()
-	s := openStore(t, open)
 	ids := make([]string, sandboxes)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("c_%02d", i)
@@ -41,9 +53,15 @@ func testConcurrent(t *testing.T, open Opener) {
 					return
 				}
 				for _, rec := range recs {
-					if rec.ID <= cursor {
+					if rec.ID <= cursor || c.Dense && rec.ID != cursor+1 {
 						readErrs <- fmt.Errorf("%s: read id %d after %d", id, rec.ID, cursor)
 						return
+					}
+					if c.OnRead != nil {
+						if err := c.OnRead(id, rec); err != nil {
+							readErrs <- err
+							return
+						}
 					}
 					cursor = rec.ID
 					seen[i] = append(seen[i], rec.ID)
@@ -102,6 +120,9 @@ func testConcurrent(t *testing.T, open Opener) {
 		slices.Sort(list)
 		if n := len(slices.Compact(slices.Clone(list))); n != len(list) {
 			t.Fatalf("%s: an id was handed out twice: %v", id, list)
+		}
+		if c.Dense && (list[0] != 1 || list[len(list)-1] != uint64(len(list))) {
+			t.Fatalf("%s: ids handed out %v, want each of 1..%d once", id, list, len(list))
 		}
 		if got := recordIDs(readAll(t, s, id)); !slices.Equal(got, list) {
 			t.Fatalf("%s: log %v, want the acknowledged %v", id, got, list)

@@ -10,32 +10,8 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
+	"github.com/sparkles-dev/sparkles/storetest"
 )
-
-func wantMarks(t *testing.T, s *Store, id string, want sandbox.Marks) {
-	t.Helper()
-	sb, err := s.Sandbox(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := sb.Marks(); got != want {
-		t.Fatalf("marks = %+v, want %+v", got, want)
-	}
-	st, err := s.State(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := st.Marks(); got != want {
-		t.Fatalf("state marks = %+v, want %+v", got, want)
-	}
-	head, err := s.Head(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if head.LastEventID != uint64(want.LastEventID) || head.PrunedThrough != uint64(want.PrunedThrough) {
-		t.Fatalf("head = %+v, want marks %+v", head, want)
-	}
-}
 
 func wantCursorErr(t *testing.T, s *Store, id string, after uint64, typ string, marks sandbox.Marks) {
 	t.Helper()
@@ -65,7 +41,7 @@ func TestPrune(t *testing.T) {
 				if got, want := removed, 4; got != want {
 					t.Fatalf("removed = %d, want %d", got, want)
 				}
-				wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
+				storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
 				if got, want := recordIDs(mustRead(t, s, "c_1", 0, 100)), seq(5, 10); !slices.Equal(got, want) {
 					t.Fatalf("Read(0) = %v, want %v", got, want)
 				}
@@ -84,7 +60,7 @@ func TestPrune(t *testing.T) {
 				if err != nil || removed != 0 {
 					t.Fatalf("Prune(2) = %d, %v; want 0, nil", removed, err)
 				}
-				wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
+				storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
 			})
 			t.Run("All", func(t *testing.T) {
 				removed, err := s.Prune(ctx, "c_1", 100, 4)
@@ -93,7 +69,7 @@ func TestPrune(t *testing.T) {
 				}
 				// pruned_through is the highest id removed, not the argument.
 				marks := sandbox.Marks{OldestEventID: 0, PrunedThrough: 10, LastEventID: 10}
-				wantMarks(t, s, "c_1", marks)
+				storetest.WantMarks(t, s, "c_1", marks)
 				if got := mustRead(t, s, "c_1", 0, 100); len(got) != 0 {
 					t.Fatalf("Read(0) = %v, want nothing", recordIDs(got))
 				}
@@ -106,7 +82,7 @@ func TestPrune(t *testing.T) {
 				if got, want := mustAppend(t, s, "c_1", textEvents(2)...), []uint64{11, 12}; !slices.Equal(got, want) {
 					t.Fatalf("ids = %v, want %v", got, want)
 				}
-				wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 11, PrunedThrough: 10, LastEventID: 12})
+				storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 11, PrunedThrough: 10, LastEventID: 12})
 				if got, want := recordIDs(mustRead(t, s, "c_1", 0, 100)), []uint64{11, 12}; !slices.Equal(got, want) {
 					t.Fatalf("Read(0) = %v, want %v", got, want)
 				}
@@ -225,7 +201,7 @@ func TestCompact(t *testing.T) {
 				if got, want := removed, 3; got != want {
 					t.Fatalf("removed = %d, want %d", got, want)
 				}
-				wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 2, PrunedThrough: 0, LastEventID: 8})
+				storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 2, PrunedThrough: 0, LastEventID: 8})
 				if got, want := recordIDs(mustRead(t, s, "c_1", 0, 100)), []uint64{2, 3, 4, 7, 8}; !slices.Equal(got, want) {
 					t.Fatalf("Read(0) = %v, want %v", got, want)
 				}
@@ -239,7 +215,7 @@ func TestCompact(t *testing.T) {
 					t.Fatal(err)
 				}
 				// The last id stays: it was handed out and a client may hold it.
-				wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 2, PrunedThrough: 0, LastEventID: 8})
+				storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 2, PrunedThrough: 0, LastEventID: 8})
 				if got := mustRead(t, s, "c_1", 8, 100); len(got) != 0 {
 					t.Fatalf("Read(8) = %v, want nothing", recordIDs(got))
 				}
@@ -380,7 +356,7 @@ func TestPruneRides(t *testing.T) {
 			if len(withC1) != 1 || withC1[0]["c_1"] != 11 {
 				t.Fatalf("commits = %v, want one that takes c_1 through 11 and prunes it", commits)
 			}
-			wantMarks(t, s, "c_1", sandbox.Marks{LastEventID: 11, OldestEventID: 5, PrunedThrough: 4})
+			storetest.WantMarks(t, s, "c_1", sandbox.Marks{LastEventID: 11, OldestEventID: 5, PrunedThrough: 4})
 			if got, want := recordIDs(mustRead(t, s, "c_1", 4, 100)), seq(5, 11); !slices.Equal(got, want) {
 				t.Fatalf("retained %v, want %v", got, want)
 			}
@@ -409,6 +385,6 @@ func TestPruneRides(t *testing.T) {
 			t.Fatalf("prune: removed %d, err %v; want 4", w.removed, err)
 		}
 		s = MustOpenStoreAt(t, path, Options{})
-		wantMarks(t, s, "c_1", sandbox.Marks{LastEventID: 10, OldestEventID: 5, PrunedThrough: 4})
+		storetest.WantMarks(t, s, "c_1", sandbox.Marks{LastEventID: 10, OldestEventID: 5, PrunedThrough: 4})
 	})
 }

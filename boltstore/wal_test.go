@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
+	"github.com/sparkles-dev/sparkles/storetest"
 )
 
 // crashClose closes the store the way a crash right after its last commit
@@ -280,7 +281,7 @@ func TestCrashReplay(t *testing.T) {
 		crashClose(t, s)
 
 		s = MustOpenStoreAt(t, path, Options{})
-		wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 4, PrunedThrough: 3, LastEventID: 7})
+		storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 4, PrunedThrough: 3, LastEventID: 7})
 		if got, want := recordIDs(mustRead(t, s, "c_1", 0, 100)), seq(4, 7); !slices.Equal(got, want) {
 			t.Fatalf("log after replay = %v, want %v", got, want)
 		}

@@ -373,7 +373,7 @@ func testReopen(t *testing.T, open Opener) {
 		if read := recordIDs(readAll(t, s, "c_1")); !slices.Equal(read, got) {
 			t.Fatalf("read after reopen = %v, want %v", read, got)
 		}
-		wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: sandbox.Seq(got[0]), PrunedThrough: sandbox.Seq(ids[2]), LastEventID: sandbox.Seq(got[1])})
+		WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: sandbox.Seq(got[0]), PrunedThrough: sandbox.Seq(ids[2]), LastEventID: sandbox.Seq(got[1])})
 	})
 	t.Run("Listed", func(t *testing.T) {
 		list, _, err := s.Sandboxes(ctx, "", 10)

@@ -86,7 +86,7 @@ func testPrune(t *testing.T, open Opener) {
 		if got, want := removed, 4; got != want {
 			t.Fatalf("removed = %d, want %d", got, want)
 		}
-		wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: seq(ids[4]), PrunedThrough: seq(ids[3]), LastEventID: last})
+		WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: seq(ids[4]), PrunedThrough: seq(ids[3]), LastEventID: last})
 		if got, want := recordIDs(readAll(t, s, "c_1")), ids[4:]; !slices.Equal(got, want) {
 			t.Fatalf("Read(0) = %v, want %v", got, want)
 		}
@@ -112,7 +112,7 @@ func testPrune(t *testing.T, open Opener) {
 		if err != nil || removed != 0 {
 			t.Fatalf("Prune(%d) = %d, %v; want 0, nil", ids[1], removed, err)
 		}
-		wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: seq(ids[4]), PrunedThrough: seq(ids[3]), LastEventID: last})
+		WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: seq(ids[4]), PrunedThrough: seq(ids[3]), LastEventID: last})
 	})
 	t.Run("All", func(t *testing.T) {
 		removed, err := s.Prune(ctx, "c_1", ids[9]+100, 4)
@@ -121,7 +121,7 @@ func testPrune(t *testing.T, open Opener) {
 		}
 		// pruned_through is the highest id removed, not the argument.
 		marks := sandbox.Marks{OldestEventID: 0, PrunedThrough: last, LastEventID: last}
-		wantMarks(t, s, "c_1", marks)
+		WantMarks(t, s, "c_1", marks)
 		if got := mustRead(t, s, "c_1", 0, 100); len(got) != 0 {
 			t.Fatalf("Read(0) = %v, want nothing", recordIDs(got))
 		}
@@ -135,7 +135,7 @@ func testPrune(t *testing.T, open Opener) {
 		if got[0] <= ids[9] || !increasing(got) {
 			t.Fatalf("ids = %v, want increasing after %d", got, ids[9])
 		}
-		wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: seq(got[0]), PrunedThrough: last, LastEventID: seq(got[1])})
+		WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: seq(got[0]), PrunedThrough: last, LastEventID: seq(got[1])})
 		if read := recordIDs(mustRead(t, s, "c_1", 0, 100)); !slices.Equal(read, got) {
 			t.Fatalf("Read(0) = %v, want %v", read, got)
 		}
@@ -170,7 +170,7 @@ func testCompact(t *testing.T, open Opener) {
 		if got := recordIDs(readAll(t, s, "c_1")); !slices.Equal(got, want) {
 			t.Fatalf("log = %v, want %v", got, want)
 		}
-		wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: seq(ids[2]), PrunedThrough: seq(ids[1]), LastEventID: seq(ids[7])})
+		WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: seq(ids[2]), PrunedThrough: seq(ids[1]), LastEventID: seq(ids[7])})
 		if got := recordIDs(readAll(t, s, "c_2")); !slices.Equal(got, other) {
 			t.Fatalf("c_2 log = %v, want %v untouched", got, other)
 		}
@@ -187,7 +187,7 @@ func testCompact(t *testing.T, open Opener) {
 			t.Fatalf("Compact(first) = %d, %v; want 1, nil", removed, err)
 		}
 		// pruned_through stays: only a prune moves it.
-		wantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: seq(ids[5]), PrunedThrough: seq(ids[1]), LastEventID: seq(ids[7])})
+		WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: seq(ids[5]), PrunedThrough: seq(ids[1]), LastEventID: seq(ids[7])})
 		if got, want := recordIDs(mustRead(t, s, "c_1", 0, 10)), []uint64{ids[5], ids[6], ids[7]}; !slices.Equal(got, want) {
 			t.Fatalf("Read(0) = %v, want %v", got, want)
 		}

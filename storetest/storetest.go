@@ -173,8 +173,9 @@ func errType(err error) string {
 	return sandbox.ErrorType(err)
 }
 
-// wantMarks checks the watermarks everywhere a store shows them.
-func wantMarks(t *testing.T, s Store, id string, want sandbox.Marks) {
+// WantMarks checks the watermarks everywhere a store shows them: the
+// sandbox, its state and its head.
+func WantMarks(t *testing.T, s Store, id string, want sandbox.Marks) {
 	t.Helper()
 	sb, err := s.Sandbox(context.Background(), id)
 	if err != nil {

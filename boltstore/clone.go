@@ -21,19 +21,3 @@ func foldClone(s *sandbox.State) *sandbox.State {
 		Approvals: slices.Clone(s.Approvals),
 	}
 }
-
-func cloneLocations(locs []sandbox.Location) []sandbox.Location {
-	locs = slices.Clone(locs)
-	for i := range locs {
-		locs[i].Line = clonePtr(locs[i].Line)
-	}
-	return locs
-}
-
-func clonePtr[T any](p *T) *T {
-	if p == nil {
-		return nil
-	}
-	v := *p
-	return &v
-}

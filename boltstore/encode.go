@@ -24,7 +24,7 @@ func foldCopy(typ sandbox.Type, data any) (any, bool) {
 		})
 	case sandbox.TypeToolUpdated:
 		return copyPayload(data, func(v sandbox.ToolUpdated) sandbox.ToolUpdated {
-			v.Locations = cloneLocations(v.Locations)
+			v.Locations = sandbox.CloneLocations(v.Locations)
 			return v
 		})
 	case sandbox.TypeTurnStarted:
@@ -34,7 +34,7 @@ func foldCopy(typ sandbox.Type, data any) (any, bool) {
 		})
 	case sandbox.TypeTurnCompleted:
 		return copyPayload(data, func(v sandbox.TurnCompleted) sandbox.TurnCompleted {
-			v.Error, v.Usage = clonePtr(v.Error), clonePtr(v.Usage)
+			v.Error, v.Usage = sandbox.ClonePtr(v.Error), sandbox.ClonePtr(v.Usage)
 			return v
 		})
 	case sandbox.TypeApprovalRequested:

@@ -350,7 +350,7 @@ func (s *Store) Approval(ctx context.Context, sandboxID, approvalID string) (san
 	if e := s.sandboxes[sandboxID]; e != nil && e.wal != nil {
 		if a := e.wal.approvals[approvalID]; a != nil {
 			c := *a
-			c.Decision, c.OptionID = clonePtr(a.Decision), clonePtr(a.OptionID)
+			c.Decision, c.OptionID = sandbox.ClonePtr(a.Decision), sandbox.ClonePtr(a.OptionID)
 			s.mu.Unlock()
 			return c, nil
 		}

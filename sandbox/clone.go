@@ -19,7 +19,7 @@ func (s *State) Clone() *State {
 		Approvals: slices.Clone(s.Approvals),
 	}
 	for i := range c.Tools {
-		c.Tools[i].Locations = cloneLocations(c.Tools[i].Locations)
+		c.Tools[i].Locations = CloneLocations(c.Tools[i].Locations)
 	}
 	for i := range c.Approvals {
 		c.Approvals[i].Options = slices.Clone(c.Approvals[i].Options)
@@ -41,20 +41,22 @@ func (t *Turn) Clone() *Turn {
 	}
 	c := *t
 	c.Input = slices.Clone(t.Input)
-	c.CompletedAt = clonePtr(t.CompletedAt)
-	c.StopReason = clonePtr(t.StopReason)
+	c.CompletedAt = ClonePtr(t.CompletedAt)
+	c.StopReason = ClonePtr(t.StopReason)
 	return &c
 }
 
-func cloneLocations(locs []Location) []Location {
+// CloneLocations copies a tool's locations, line numbers included.
+func CloneLocations(locs []Location) []Location {
 	locs = slices.Clone(locs)
 	for i := range locs {
-		locs[i].Line = clonePtr(locs[i].Line)
+		locs[i].Line = ClonePtr(locs[i].Line)
 	}
 	return locs
 }
 
-func clonePtr[T any](p *T) *T {
+// ClonePtr returns a pointer to a copy of *p, or nil for nil.
+func ClonePtr[T any](p *T) *T {
 	if p == nil {
 		return nil
 	}

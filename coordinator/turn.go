@@ -363,9 +363,9 @@ func (b *box) expireApprovals() {
 	b.armApprovals()
 }
 
-func (b *box) remove() {
-	b.deleted = true
-	b.setStatus(sandbox.StatusStopping, "stopping the agent")
+// cancelAndStop ends the turn, if any, as canceled and stops the agent. It
+// returns the turn's closing events for the caller to emit with its own.
+func (b *box) cancelAndStop() []*sandbox.Event {
 	var evs []*sandbox.Event
 	if b.turn != nil {
 		if b.conn != nil && b.turn.running {
@@ -377,23 +377,20 @@ func (b *box) remove() {
 		evs = b.endTurn(translate.TurnResult{Canceled: true})
 	}
 	b.stopAgent()
+	return evs
+}
+
+func (b *box) remove() {
+	b.deleted = true
+	b.setStatus(sandbox.StatusStopping, "stopping the agent")
+	evs := b.cancelAndStop()
 	b.setStatus(sandbox.StatusDeleted, "deleted by request", evs...)
 }
 
 // shutdown runs when the coordinator closes: the running turn is completed
 // as canceled and durable before the agent is stopped.
 func (b *box) shutdown() {
-	var evs []*sandbox.Event
-	if b.turn != nil {
-		if b.conn != nil && b.turn.running {
-			// The agent is stopped right after; the cancel is a courtesy
-			// that an agent no longer reading its input must not turn
-			// into a wait. Stopping it unblocks the write.
-			go b.conn.Cancel()
-		}
-		evs = b.endTurn(translate.TurnResult{Canceled: true})
-	}
-	b.stopAgent()
+	evs := b.cancelAndStop()
 	if b.booting {
 		if res := <-b.bootDone; res.conn != nil {
 			res.conn.Close()

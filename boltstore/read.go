@@ -221,12 +221,7 @@ func (s *Store) Head(id string) (coordinator.Head, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return coordinator.Head{
-		LastEventID:   uint64(e.sb.LastEventID),
-		PrunedThrough: uint64(e.sb.PrunedThrough),
-		Status:        e.sb.Status,
-		Detail:        e.sb.StatusDetail,
-	}, nil
+	return coordinator.HeadOf(e.sb), nil
 }
 
 // Wait returns a channel closed by the next published change of sandbox id.

@@ -68,3 +68,13 @@ type Head struct {
 	Status        string
 	Detail        string
 }
+
+// HeadOf is the head a sandbox resource shows.
+func HeadOf(sb sandbox.Sandbox) Head {
+	return Head{
+		LastEventID:   uint64(sb.LastEventID),
+		PrunedThrough: uint64(sb.PrunedThrough),
+		Status:        sb.Status,
+		Detail:        sb.StatusDetail,
+	}
+}

@@ -56,7 +56,7 @@ func TestReadStraddle(t *testing.T) {
 							t.Fatalf("Read(after %d, limit %d) = %v, want %v", after, limit, got, want)
 						}
 						// Scan visits the same records, byte for byte.
-						var scanned []sandbox.Record
+						scanned := []sandbox.Record{}
 						err := s.Scan(ctx, "c_1", after, limit, func(rec sandbox.Record) error {
 							rec.JSON = bytes.Clone(rec.JSON) // valid during the call only
 							scanned = append(scanned, rec)
@@ -65,7 +65,7 @@ func TestReadStraddle(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						if got, want := mustJSON(t, scanned), mustJSON(t, read); got != want {
+						if got, want := mustJSON(t, scanned), mustJSON(t, append([]sandbox.Record{}, read...)); got != want {
 							t.Fatalf("Scan(after %d, limit %d) = %s, want %s", after, limit, got, want)
 						}
 					}

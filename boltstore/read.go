@@ -80,18 +80,19 @@ func (s *Store) loaded(id string, withState bool) (*entry, *sandbox.State, error
 // newest of the log. Older cursors cost one short read transaction, whose
 // records are followed by those from memory where the bucket ends.
 func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error) {
-	var recs []sandbox.Record
-	err := s.visit(ctx, id, after, limit, true, func(rec sandbox.Record) error {
-		if recs == nil {
-			recs = make([]sandbox.Record, 0, min(limit, 256))
-		}
+	l, err := s.locate(id, after, limit)
+	if err != nil || !l.file {
+		return l.mem, err
+	}
+	recs := make([]sandbox.Record, 0, min(limit, 256))
+	_, err = s.readFile(ctx, id, after, limit, l.upto, l.marks, true, func(rec sandbox.Record) error {
 		recs = append(recs, rec)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return recs, nil
+	return append(recs, l.mem[:min(len(l.mem), limit-len(recs))]...), nil
 }
 
 // Scan calls fn with the records Read would return, in order, without
@@ -100,54 +101,63 @@ func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([
 // is returned. It walks long logs (retention) without leaving garbage
 // behind; each call is at most one short read transaction.
 func (s *Store) Scan(ctx context.Context, id string, after uint64, limit int, fn func(sandbox.Record) error) error {
-	return s.visit(ctx, id, after, limit, false, fn)
+	l, err := s.locate(id, after, limit)
+	if err != nil {
+		return err
+	}
+	n := 0
+	if l.file {
+		if n, err = s.readFile(ctx, id, after, limit, l.upto, l.marks, false, fn); err != nil {
+			return err
+		}
+	}
+	return each(l.mem[:min(len(l.mem), limit-n)], fn)
 }
 
-// visit calls fn with up to limit retained records with id > after, copied
-// out of the file when owned is set.
-func (s *Store) visit(ctx context.Context, id string, after uint64, limit int, owned bool, fn func(sandbox.Record) error) error {
+// located says where the records after a cursor are: in the file up to
+// upto (when file is set), then in mem, which memory holds.
+type located struct {
+	file  bool
+	upto  uint64
+	marks sandbox.Marks // as published when the cursor was checked
+	mem   []sandbox.Record
+}
+
+// locate checks the cursor and takes what memory holds of the up to limit
+// records after it: all of them from the recent records cache or the WAL
+// tail, or the tail that follows what the file must give.
+func (s *Store) locate(id string, after uint64, limit int) (located, error) {
 	if limit < 1 {
-		return sandbox.Errorf(sandbox.EInvalidRequest, "read %s: limit must be at least 1, got %d", id, limit)
+		return located{}, sandbox.Errorf(sandbox.EInvalidRequest, "read %s: limit must be at least 1, got %d", id, limit)
 	}
 	e, _, err := s.loaded(id, false)
 	if err != nil {
-		return err
+		return located{}, err
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	marks := e.sb.Marks()
 	if err := marks.CheckCursor(id, after); err != nil {
-		s.mu.Unlock()
-		return err
+		return located{}, err
 	}
 	if e.ring.covers(max(after, uint64(marks.PrunedThrough))) {
-		recs := e.ring.read(after, limit)
-		s.mu.Unlock()
-		return each(recs, fn)
+		return located{mem: e.ring.read(after, limit)}, nil
 	}
 	// The bucket holds every retained record up to upto; the WAL tail
 	// holds the rest.
-	upto := uint64(marks.LastEventID)
-	var tail []sandbox.Record
+	l := located{file: true, upto: uint64(marks.LastEventID), marks: marks}
 	if w := e.wal; w != nil && len(w.recs) > 0 {
-		upto = w.recs[0].rec.ID - 1
+		l.upto = w.recs[0].rec.ID - 1
 		from := 0
-		if after >= upto {
+		if after >= l.upto {
 			from = sort.Search(len(w.recs), func(i int) bool { return w.recs[i].rec.ID > after })
+			l.file = false
 		}
 		for _, r := range w.recs[from:min(len(w.recs), from+limit)] {
-			tail = append(tail, r.rec)
-		}
-		if after >= upto {
-			s.mu.Unlock()
-			return each(tail, fn)
+			l.mem = append(l.mem, r.rec)
 		}
 	}
-	s.mu.Unlock()
-	n, err := s.readFile(ctx, id, after, limit, upto, marks, owned, fn)
-	if err != nil {
-		return err
-	}
-	return each(tail[:min(len(tail), limit-n)], fn)
+	return l, nil
 }
 
 func each(recs []sandbox.Record, fn func(sandbox.Record) error) error {

@@ -32,30 +32,58 @@ func (s *Store) Prune(ctx context.Context, id string, through uint64, batch int)
 	}
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
-	for attempt := 1; ; attempt++ {
-		st, rev, tip, err := s.loadForWrite(ctx, e)
-		if err != nil {
-			return 0, err
-		}
+	var high uint64
+	rev, tip, err := s.commitMarks(ctx, e, "prune", func(st *sandbox.State) (bool, error) {
 		pruned := uint64(st.Sandbox.PrunedThrough)
 		upTo := min(through, uint64(st.Sandbox.LastEventID))
 		if upTo <= pruned {
-			return 0, nil
+			return false, nil
 		}
-		high, err := s.lastSeq(ctx, s.subject(id), upTo)
-		if err != nil {
-			return 0, fmt.Errorf("prune %s: %w", id, err)
-		}
-		if high <= pruned {
-			return 0, nil // nothing retained up to there (compacted away)
+		var err error
+		if high, err = s.lastSeq(ctx, s.subject(id), upTo); err != nil || high <= pruned {
+			return false, err // nothing retained up to there (compacted away)
 		}
 		oldest, err := s.firstAfter(ctx, id, high, uint64(st.Sandbox.LastEventID))
 		if err != nil {
-			return 0, fmt.Errorf("prune %s: %w", id, err)
+			return false, err
+		}
+		st.Sandbox.PrunedThrough, st.Sandbox.OldestEventID = sandbox.Seq(high), sandbox.Seq(oldest)
+		return true, nil
+	})
+	if err != nil || rev == 0 {
+		return 0, err
+	}
+	n, err := s.purge(ctx, s.streamName, s.subject(id), high+1)
+	if err != nil {
+		s.invalidate(e)
+		return 0, fmt.Errorf("prune %s: %w", id, err)
+	}
+	if high >= tip {
+		tip = 0 // the subject is empty now
+	}
+	s.setTip(e, rev, tip)
+	return int(n), nil
+}
+
+// commitMarks moves the watermarks of a sandbox: change sees a copy of its
+// state and moves them, or reports that nothing is to change (rev 0). A
+// revision conflict loads the state again and asks again. The caller holds
+// e.wmu. It returns the new revision and the subject's tip as loaded.
+func (s *Store) commitMarks(ctx context.Context, e *entry, op string, change func(st *sandbox.State) (bool, error)) (rev, tip uint64, err error) {
+	for attempt := 1; ; attempt++ {
+		st, rev, tip, err := s.loadForWrite(ctx, e)
+		if err != nil {
+			return 0, 0, err
 		}
 		work := st.Clone()
-		work.Sandbox.PrunedThrough, work.Sandbox.OldestEventID = sandbox.Seq(high), sandbox.Seq(oldest)
-		newRev, err := s.commit(ctx, id, work, rev, changes{})
+		ok, err := change(work)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s %s: %w", op, e.id, err)
+		}
+		if !ok {
+			return 0, 0, nil
+		}
+		newRev, err := s.commit(ctx, e.id, work, rev, changes{})
 		if isConflict(err) && attempt < maxConflicts {
 			s.invalidate(e)
 			backoff(ctx, attempt)
@@ -63,19 +91,10 @@ func (s *Store) Prune(ctx context.Context, id string, through uint64, batch int)
 		}
 		if err != nil {
 			s.invalidate(e)
-			return 0, fmt.Errorf("prune %s: %w", id, err)
+			return 0, 0, fmt.Errorf("%s %s: %w", op, e.id, err)
 		}
-		s.observe(id, work.Sandbox, work, newRev)
-		n, err := s.purge(ctx, s.streamName, s.subject(id), high+1)
-		if err != nil {
-			s.invalidate(e)
-			return 0, fmt.Errorf("prune %s: %w", id, err)
-		}
-		if high >= tip {
-			tip = 0 // the subject is empty now
-		}
-		s.setTip(e, newRev, tip)
-		return int(n), nil
+		s.observe(e.id, work.Sandbox, work, newRev)
+		return newRev, tip, nil
 	}
 }
 
@@ -148,33 +167,15 @@ func (s *Store) Compact(ctx context.Context, id string, ids []uint64) (removed i
 	// The first retained event went: oldest_event_id moves to the next.
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
-	for attempt := 1; ; attempt++ {
-		st, rev, _, err := s.loadForWrite(ctx, e)
-		if err != nil {
-			return removed, err
-		}
+	_, _, err = s.commitMarks(ctx, e, "compact", func(st *sandbox.State) (bool, error) {
 		oldest, err := s.firstAfter(ctx, id, uint64(st.Sandbox.PrunedThrough), uint64(st.Sandbox.LastEventID))
-		if err != nil {
-			return removed, fmt.Errorf("compact %s: %w", id, err)
+		if err != nil || oldest == uint64(st.Sandbox.OldestEventID) {
+			return false, err
 		}
-		if oldest == uint64(st.Sandbox.OldestEventID) {
-			return removed, nil
-		}
-		work := st.Clone()
-		work.Sandbox.OldestEventID = sandbox.Seq(oldest)
-		newRev, err := s.commit(ctx, id, work, rev, changes{})
-		if isConflict(err) && attempt < maxConflicts {
-			s.invalidate(e)
-			backoff(ctx, attempt)
-			continue
-		}
-		if err != nil {
-			s.invalidate(e)
-			return removed, fmt.Errorf("compact %s: %w", id, err)
-		}
-		s.observe(id, work.Sandbox, work, newRev)
-		return removed, nil
-	}
+		st.Sandbox.OldestEventID = sandbox.Seq(oldest)
+		return true, nil
+	})
+	return removed, err
 }
 
 func (s *Store) getMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {

@@ -117,16 +117,11 @@ type writersResult struct {
 }
 
 func measureWriters(ctx context.Context, r *runner, writers int, d time.Duration) (writersResult, error) {
-	dir, cleanup, err := r.tempDir()
+	l, closeServer, err := r.local()
 	if err != nil {
 		return writersResult{}, err
 	}
-	defer cleanup()
-	l, err := startLocal(dir, newLogger(r.cfg.Log))
-	if err != nil {
-		return writersResult{}, err
-	}
-	defer l.close()
+	defer closeServer()
 	ids, err := createSandboxes(ctx, l.coord, writers)
 	if err != nil {
 		return writersResult{}, err
@@ -190,16 +185,11 @@ func measureWriters(ctx context.Context, r *runner, writers int, d time.Duration
 // measureCeiling appends events in one call, three times on one fresh
 // store, and returns the best rate.
 func measureCeiling(ctx context.Context, r *runner, events int) (float64, error) {
-	dir, cleanup, err := r.tempDir()
+	l, closeServer, err := r.local()
 	if err != nil {
 		return 0, err
 	}
-	defer cleanup()
-	l, err := startLocal(dir, newLogger(r.cfg.Log))
-	if err != nil {
-		return 0, err
-	}
-	defer l.close()
+	defer closeServer()
 	ids, err := createSandboxes(ctx, l.coord, 1)
 	if err != nil {
 		return 0, err

@@ -151,6 +151,34 @@ func (r *runner) tempDir() (dir string, cleanup func(), err error) {
 	return dir, func() { os.RemoveAll(dir) }, nil
 }
 
+// local starts an in-process server on a fresh directory; stop closes it
+// and removes the directory.
+func (r *runner) local() (l *local, stop func(), err error) {
+	dir, cleanup, err := r.tempDir()
+	if err != nil {
+		return nil, nil, err
+	}
+	if l, err = startLocal(dir, newLogger(r.cfg.Log)); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return l, func() { l.close(); cleanup() }, nil
+}
+
+// child starts a child server on a fresh directory (see startChild); stop
+// closes it and removes the directory.
+func (r *runner) child(ctx context.Context) (c *child, stop func(), err error) {
+	dir, cleanup, err := r.tempDir()
+	if err != nil {
+		return nil, nil, err
+	}
+	if c, err = r.startChild(ctx, dir); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return c, func() { c.close(); cleanup() }, nil
+}
+
 // startCPUProfile profiles this process into ProfileDir, if set, until
 // the returned function is called.
 func (r *runner) startCPUProfile() (stop func() error, err error) {

@@ -20,16 +20,11 @@ func runFanout(ctx context.Context, r *runner) error {
 }
 
 func fanoutLocal(ctx context.Context, r *runner) error {
-	dir, cleanup, err := r.tempDir()
+	l, closeServer, err := r.local()
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	l, err := startLocal(dir, newLogger(r.cfg.Log))
-	if err != nil {
-		return err
-	}
-	defer l.close()
+	defer closeServer()
 
 	n, rate, d := pick(r, 1000, 20), pick(r, 200.0, 50.0), pick(r, 10*time.Second, 500*time.Millisecond)
 	ids, err := createSandboxes(ctx, l.coord, 1)
@@ -70,16 +65,11 @@ func fanoutLocal(ctx context.Context, r *runner) error {
 
 func fanoutChild(ctx context.Context, r *runner) error {
 	n, rate, d := pick(r, 1000, 20), pick(r, 200.0, 50.0), pick(r, 10*time.Second, 500*time.Millisecond)
-	dir, cleanup, err := r.tempDir()
+	c, closeServer, err := r.child(ctx)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	c, err := r.startChild(ctx, dir)
-	if err != nil {
-		return err
-	}
-	defer c.close()
+	defer closeServer()
 	created, err := c.do(ctx, childRequest{Op: "create", N: 1})
 	if err != nil {
 		return err

@@ -16,16 +16,11 @@ func runIdle(ctx context.Context, r *runner) error {
 	if lim := raiseFileLimit(uint64(n + 1024)); lim < uint64(n+64) {
 		return fmt.Errorf("the open-file limit is %d; %d connections need %d (ulimit -n)", lim, n, n+64)
 	}
-	dir, cleanup, err := r.tempDir()
+	c, closeServer, err := r.child(ctx)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	c, err := r.startChild(ctx, dir)
-	if err != nil {
-		return err
-	}
-	defer c.close()
+	defer closeServer()
 	created, err := c.do(ctx, childRequest{Op: "create", N: sandboxes})
 	if err != nil {
 		return err

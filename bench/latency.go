@@ -12,16 +12,11 @@ import (
 // time, each delivered before the next is appended) and under a steady load
 // spread over many sandboxes with a subscriber each.
 func runLatency(ctx context.Context, r *runner) error {
-	dir, cleanup, err := r.tempDir()
+	l, closeServer, err := r.local()
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	l, err := startLocal(dir, newLogger(r.cfg.Log))
-	if err != nil {
-		return err
-	}
-	defer l.close()
+	defer closeServer()
 
 	n, spacing := pick(r, 2000, 50), pick(r, 5*time.Millisecond, time.Millisecond)
 	h, err := idleLatency(ctx, l, n, spacing)

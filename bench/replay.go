@@ -16,16 +16,11 @@ import (
 // runReplay measures how fast a long log is read back: over SSE from
 // since=0, and through the JSON pages at the largest limit.
 func runReplay(ctx context.Context, r *runner) error {
-	dir, cleanup, err := r.tempDir()
+	l, closeServer, err := r.local()
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	l, err := startLocal(dir, newLogger(r.cfg.Log))
-	if err != nil {
-		return err
-	}
-	defer l.close()
+	defer closeServer()
 
 	n := pick(r, 100000, 2000)
 	ids, err := createSandboxes(ctx, l.coord, 1)

@@ -22,16 +22,11 @@ func runStall(ctx context.Context, r *runner) error {
 	// the caches are full before anything is measured.
 	prefill := pick(r, 2000, 200)
 	warm, d := pick(r, 10*time.Second, time.Second), pick(r, time.Minute, 2*time.Second)
-	dir, cleanup, err := r.tempDir()
+	c, closeServer, err := r.child(ctx)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	c, err := r.startChild(ctx, dir)
-	if err != nil {
-		return err
-	}
-	defer c.close()
+	defer closeServer()
 	created, err := c.do(ctx, childRequest{Op: "create", N: sandboxes, Fill: prefill, Size: size})
 	if err != nil {
 		return err

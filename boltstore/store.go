@@ -185,14 +185,7 @@ func open(path string, opts Options, limits walLimits) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
-		Timeout: opts.Timeout,
-		// The freelist grows with every page retention frees; writing it at
-		// every commit made appends after a large prune several times slower.
-		// bbolt rebuilds it from the pages on open instead (as etcd does).
-		NoFreelistSync: true,
-		FreelistType:   bbolt.FreelistMapType,
-	})
+	db, err := bbolt.Open(path, 0o600, boltOptions(opts.Timeout))
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return nil, fmt.Errorf("event store %s is in use by another sparkles process; stop that process or use another data dir (%w)", path, err)
 	}
@@ -354,4 +347,16 @@ func (s *Store) Drop(ctx context.Context, id string) error {
 		return notFound(id)
 	}
 	return s.submit(ctx, &dropWrite{id: id})
+}
+
+// boltOptions are the options the store opens its file with.
+func boltOptions(timeout time.Duration) *bbolt.Options {
+	return &bbolt.Options{
+		Timeout: timeout,
+		// The freelist grows with every page retention frees; writing it at
+		// every commit made appends after a large prune several times slower.
+		// bbolt rebuilds it from the pages on open instead (as etcd does).
+		NoFreelistSync: true,
+		FreelistType:   bbolt.FreelistMapType,
+	}
 }

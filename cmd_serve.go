@@ -283,7 +283,7 @@ func (m *Main) openStore(ctx context.Context) (st Store, where string, err error
 	// The stream's own age limit is a safety net far above the retention
 	// loop's, which prunes first and moves the watermarks as it does.
 	safety := 2 * max(m.Retention.MaxAge, retention.DefaultMaxAge)
-	ns, err := natsstore.Open(ctx, m.StoreURL, natsstore.Options{Logger: m.Logger, MaxAge: safety})
+	ns, err := natsstore.Open(ctx, m.StoreURL, natsstore.Options{Logger: m.Logger, MaxAge: safety, Observer: m.Metrics})
 	if err != nil {
 		return nil, "", fmt.Errorf("cannot open the NATS store at %s (%w); is nats-server running with JetStream (-js)?", where, err)
 	}

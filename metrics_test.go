@@ -186,6 +186,7 @@ func TestMetrics(t *testing.T) {
 		moved("sparkles_events_appended_total", 1)
 		moved("sparkles_commit_batch_events_count", 1)
 		moved("sparkles_commit_seconds_count", 1)
+		moved("sparkles_fsync_seconds_count", 1)
 		if v := s.get("sparkles_stream_subscribers"); v != 0 {
 			missing = append(missing, fmt.Sprintf("sparkles_stream_subscribers = %v after every stream closed, want 0", v))
 		}

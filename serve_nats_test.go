@@ -80,6 +80,35 @@ func TestServeNATS(t *testing.T) {
 		serveFails(t, "want nats://HOST:PORT", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--store", "http://127.0.0.1:4222")
 	})
 
+	t.Run("Metrics", func(t *testing.T) {
+		// The turn's events were appended by whichever node ran it; the
+		// count moves just after an append returns, so a reader may see
+		// the events a moment before.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var appended, commits, syncs float64
+			for _, p := range []*serveProc{a, b} {
+				s, err := scrape(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				appended += s.get("sparkles_events_appended_total")
+				commits += s.get("sparkles_commit_seconds_count")
+				syncs += s.get("sparkles_fsync_seconds_count")
+			}
+			if syncs != 0 {
+				t.Fatalf("sparkles_fsync_seconds_count = %v on NATS, want 0", syncs)
+			}
+			if appended >= 1 && commits >= 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after a turn: sparkles_events_appended_total = %v, sparkles_commit_seconds_count = %v, want >= 1", appended, commits)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+
 	t.Run("NodeKilled", func(t *testing.T) {
 		var hang sandbox.Turn
 		b.mustCall("POST", "/v1/sandboxes/"+sb.ID+"/turns", map[string]string{"input": "hang"}, http.StatusAccepted, &hang)

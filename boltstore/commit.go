@@ -591,7 +591,7 @@ func (s *Store) observe(t *txn, took time.Duration) {
 		n += len(p.recs)
 	}
 	if n > 0 {
-		s.observer.Commit(n, took)
+		s.observer.Commit(n, took, t.wrote)
 	}
 }
 

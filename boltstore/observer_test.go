@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -14,13 +15,17 @@ type countingObserver struct {
 	mu      sync.Mutex
 	events  int
 	commits int
+	bad     []string // commits whose durations do not add up
 }
 
-func (o *countingObserver) Commit(events int, took time.Duration) {
+func (o *countingObserver) Commit(events int, took, sync time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.events += events
 	o.commits++
+	if sync <= 0 || sync > took {
+		o.bad = append(o.bad, fmt.Sprintf("sync %v of a commit that took %v", sync, took))
+	}
 }
 
 func TestObserver(t *testing.T) {
@@ -40,6 +45,9 @@ func TestObserver(t *testing.T) {
 	}
 	if obs.commits < 1 || obs.commits > 3 {
 		t.Fatalf("observed commits = %d, want 1 to 3", obs.commits)
+	}
+	if len(obs.bad) > 0 {
+		t.Fatalf("observed write times: %v", obs.bad)
 	}
 }
 

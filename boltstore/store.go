@@ -38,10 +38,11 @@ type Options struct {
 	Observer Observer
 }
 
-// Observer is told how many events one group commit made durable and how
-// long its transaction took to commit and sync.
+// Observer is told how many events one group commit made durable, how
+// long its transaction took to commit and sync, and how much of that was
+// the disk's part: writing the pages and the two fdatasyncs.
 type Observer interface {
-	Commit(events int, took time.Duration)
+	Commit(events int, took, sync time.Duration)
 }
 
 // When the committer moves the WAL into the sandboxes' buckets (see doc.go,

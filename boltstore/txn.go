@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/bbolt"
 
@@ -25,6 +26,8 @@ type txn struct {
 
 	walPut, walDeleted int  // WAL entries written and truncated
 	walEmptied         bool // truncation left nothing but walPut entries
+
+	wrote time.Duration // bbolt's write time of the commit: page writes and syncs
 }
 
 // pending is one sandbox as the transaction changes it.
@@ -68,6 +71,10 @@ func (t *txn) begin(tx *bbolt.Tx) error {
 	}
 	wal.FillPercent = 1 // append-only: full pages, no room kept for inserts
 	t.root, t.wal = tx.Bucket(bucketSandboxes), wal
+	tx.OnCommit(func() {
+		st := tx.Stats()
+		t.wrote = st.GetWriteTime()
+	})
 	return nil
 }
 

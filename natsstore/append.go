@@ -147,6 +147,7 @@ func (s *Store) Append(ctx context.Context, id string, events []*sandbox.Event, 
 	if len(batch) == 0 && mutate == nil {
 		return ctx.Err()
 	}
+	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -165,6 +166,9 @@ func (s *Store) Append(ctx context.Context, id string, events []*sandbox.Event, 
 		}
 		for i, p := range batch {
 			p.ev.ID = seqs[i]
+		}
+		if s.observer != nil && len(batch) > 0 {
+			s.observer.Commit(len(batch), time.Since(start), 0)
 		}
 		return nil
 	}

@@ -54,6 +54,16 @@ type Options struct {
 	Now func() time.Time
 	// NATSOptions are passed to nats.Connect: credentials, TLS, a name.
 	NATSOptions []nats.Option
+	// Observer is told of every append that made events durable; nil
+	// observes nothing.
+	Observer Observer
+}
+
+// Observer is told how many events one append made durable and how long it
+// took, from its first publish to its state update. sync is always 0: the
+// server's syncs are not seen from a client.
+type Observer interface {
+	Commit(events int, took, sync time.Duration)
 }
 
 // Store is the NATS JetStream implementation of coordinator.Store, plus the
@@ -71,6 +81,7 @@ type Store struct {
 	log           *slog.Logger
 	now           func() time.Time
 	timeout       time.Duration
+	observer      Observer
 
 	cancel  context.CancelFunc
 	watcher jetstream.KeyWatcher
@@ -173,6 +184,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		log:           opts.Logger,
 		now:           opts.Now,
 		timeout:       opts.Timeout,
+		observer:      opts.Observer,
 		sandboxes:     make(map[string]*entry),
 		dropped:       make(map[string]uint64),
 	}

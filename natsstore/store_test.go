@@ -414,3 +414,51 @@ func TestOpen(t *testing.T) {
 		}
 	})
 }
+
+type countingObserver struct {
+	mu            sync.Mutex
+	events, calls int
+	syncs         []time.Duration
+	took          time.Duration
+}
+
+func (o *countingObserver) Commit(events int, took, sync time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events += events
+	o.calls++
+	o.took += took
+	if sync != 0 {
+		o.syncs = append(o.syncs, sync)
+	}
+}
+
+// TestObserver: every append that made events durable is observed with its
+// events, an append that failed or wrote none is not, and the sync time is
+// 0 (the server's syncs are not seen from here).
+func TestObserver(t *testing.T) {
+	url, _ := natstest.RunServer(t)
+	obs := &countingObserver{}
+	s, err := natsstore.Open(context.Background(), url, natsstore.Options{Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	mustCreate(t, s, "c_1")
+	mustAppend(t, s, "c_1", textEvent("a"), textEvent("b"))
+	mustAppend(t, s, "c_1", textEvent("c"))
+	if err := s.Append(context.Background(), "c_unknown", []*sandbox.Event{textEvent("x")}, nil); err == nil {
+		t.Fatal("append to an unknown sandbox succeeded")
+	}
+	if err := s.Append(context.Background(), "c_1", nil, func(*sandbox.State) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.events != 3 || obs.calls != 2 {
+		t.Fatalf("observed %d events in %d appends, want 3 in 2", obs.events, obs.calls)
+	}
+	if obs.took <= 0 || len(obs.syncs) > 0 {
+		t.Fatalf("observed took %v, syncs %v; want some time and no syncs", obs.took, obs.syncs)
+	}
+}

@@ -12,12 +12,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/agent"
 	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/syncbuf"
 	"github.com/sparkles-dev/sparkles/natsstore"
 	"github.com/sparkles-dev/sparkles/natsstore/natstest"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -83,30 +83,13 @@ func startNode(t *testing.T, natsURL, name string) *node {
 
 // testLogger logs to a buffer that is shown if the test fails.
 func testLogger(t *testing.T, name string) *slog.Logger {
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("log of %s:\n%s", name, buf.String())
 		}
 	})
 	return slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // stop shuts the node down gracefully: turns end as canceled, then its

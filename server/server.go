@@ -291,8 +291,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if status == 0 {
 		status = http.StatusOK
 	}
-	s.log.Info("http request", "request_id", rid, "method", r.Method, "path", r.URL.Path,
-		"status", status, "bytes", rw.bytes, "duration", time.Since(start))
+	attrs := []any{"request_id", rid, "method", r.Method, "path", r.URL.Path,
+		"status", status, "bytes", rw.bytes, "duration", time.Since(start)}
+	if id := pathSandboxID(r.URL.Path); id != "" {
+		attrs = append(attrs, "sandbox_id", id)
+	}
+	s.log.Info("http request", attrs...)
+}
+
+// pathSandboxID is the sandbox a /v1/sandboxes/{id}... path names, or "".
+func pathSandboxID(p string) string {
+	rest, ok := strings.CutPrefix(p, "/v1/sandboxes/")
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, "/")
+	return id
 }
 
 // validRequestID accepts a caller's request id only when it is short and

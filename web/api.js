@@ -52,6 +52,12 @@ export class API {
     return this.#call("POST", `/v1/sandboxes/${encodeURIComponent(id)}/turns/${encodeURIComponent(turnID)}/cancel`);
   }
 
+  // events reads a page of a sandbox's log: the events after since.
+  events(id, since, limit = 500) {
+    const q = new URLSearchParams({ since: String(since), limit: String(limit) });
+    return this.#call("GET", `/v1/sandboxes/${encodeURIComponent(id)}/events?${q}`);
+  }
+
   // decide answers an approval with {decision: "approve"|"deny"} or {option_id}.
   decide(id, approvalID, decision) {
     return this.#call("POST", `/v1/sandboxes/${encodeURIComponent(id)}/approvals/${encodeURIComponent(approvalID)}`, decision);

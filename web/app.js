@@ -32,6 +32,8 @@ const ui = {
   noticeText: $("notice-text"),
   noticeClose: $("notice-close"),
   scroller: $("transcript-scroll"),
+  earlier: $("earlier-turns"),
+  earlierStatus: $("earlier-status"),
   transcript: $("transcript"),
   promptForm: $("prompt-form"),
   prompt: $("prompt"),
@@ -52,6 +54,7 @@ const state = {
   sandbox: null, // the open sandbox resource
   stream: null,
   refreshTimer: 0,
+  earlierChecked: null, // the sandbox whose log was looked into for earlier turns
 };
 
 const transcript = new Transcript(ui.transcript, {
@@ -246,6 +249,10 @@ function openSandbox(id) {
   closeStream();
   hideNotice();
   transcript.clear();
+  ui.earlier.hidden = true;
+  delete ui.earlier.dataset.checked;
+  ui.earlierStatus.textContent = "";
+  state.earlierChecked = null;
   state.selected = id;
   state.sandbox = id ? (state.sandboxes.get(id) ?? { id, status: "" }) : null;
   renderList();
@@ -263,6 +270,7 @@ function openSandbox(id) {
       rememberSandbox(snap.sandbox);
       transcript.applySnapshot(snap, info);
       scrollToEnd(true);
+      offerEarlier(id).catch(handleError);
     },
     onEvent(env) {
       const stick = nearEnd();
@@ -360,6 +368,78 @@ async function cancelTurn() {
   }
 }
 
+// ---- earlier turns ----
+//
+// The snapshot shows the sandbox's current or last turn. The turns before
+// it are in the log: the page offers them when the log holds some, and
+// reads them as JSON pages when asked.
+
+// firstTurn returns the turn of the log's first event that has one, or null.
+async function firstTurn(id) {
+  let since = "0";
+  for (;;) {
+    const page = await state.api.events(id, since, 100);
+    const ev = page.data.find((e) => e.turn_id);
+    if (ev) {
+      return ev.turn_id;
+    }
+    if (!page.has_more) {
+      return null;
+    }
+    since = page.next_since;
+  }
+}
+
+// offerEarlier shows the button when the log holds a turn before the
+// snapshot's; it looks once per opening of a sandbox, and then names the
+// sandbox in the button's data-checked.
+async function offerEarlier(id) {
+  if (!transcript.snapshotTurn || state.earlierChecked === id) {
+    return;
+  }
+  state.earlierChecked = id;
+  const first = await firstTurn(id);
+  if (state.selected !== id) {
+    return;
+  }
+  ui.earlier.hidden = !first || first === transcript.snapshotTurn;
+  ui.earlier.dataset.checked = id;
+}
+
+async function loadEarlier() {
+  const id = state.selected;
+  const s = ui.scroller;
+  const fromEnd = s.scrollHeight - s.scrollTop;
+  ui.earlier.disabled = true;
+  ui.earlierStatus.textContent = "Loading earlier turns…";
+  try {
+    let since = "0";
+    read: for (;;) {
+      const page = await state.api.events(id, since, 500);
+      if (state.selected !== id) {
+        return;
+      }
+      for (const env of page.data) {
+        if (!transcript.applyEarlier(env)) {
+          break read;
+        }
+      }
+      if (!page.has_more) {
+        break;
+      }
+      since = page.next_since;
+    }
+    ui.earlier.hidden = true;
+    s.scrollTop = s.scrollHeight - fromEnd; // what was in view stays there
+    announce("Earlier turns shown");
+  } catch (e) {
+    handleError(e);
+  } finally {
+    ui.earlier.disabled = false;
+    ui.earlierStatus.textContent = "";
+  }
+}
+
 // ---- small things ----
 
 function nearEnd() {
@@ -419,6 +499,7 @@ ui.prompt.addEventListener("keydown", (ev) => {
   }
 });
 ui.cancel.addEventListener("click", cancelTurn);
+ui.earlier.addEventListener("click", loadEarlier);
 window.addEventListener("hashchange", () => {
   if (takeTokenFromAddress()) {
     signIn(sessionStorage.getItem(TOKEN_KEY));

@@ -254,3 +254,49 @@ func TestBrowserScreenshots(t *testing.T) {
 		t.Logf("saved %s", path)
 	}
 }
+
+// TestBrowserEarlierTurns: after a reload the page shows the last turn from
+// the snapshot and offers the ones before it; shown, they read from the log
+// exactly as the page had shown them live.
+func TestBrowserEarlierTurns(t *testing.T) {
+	b := newBrowser(t)
+	s := startSparkles(t)
+	id := createSandbox(t, s)
+	b.openSandbox(s, id)
+
+	b.prompt("read README.md and summarize it")
+	b.until("the first turn succeeds", turnStatus("succeeded"))
+	b.prompt("please write notes.txt")
+	approve := chromedp.CSS(`.approval button.approve`)
+	b.do("approve in the page", chromedp.WaitVisible(approve), chromedp.Click(approve))
+	b.until("the second turn succeeds", turnStatus("succeeded"))
+	b.prompt("hello")
+	b.until("the third turn succeeds", `document.querySelectorAll('#transcript .turn').length === 3 && `+turnStatus("succeeded"))
+	live := eval[string](b, viewJS)
+
+	b.do("reload", chromedp.Reload())
+	b.waitLive()
+	b.until("only the last turn, from the snapshot", `document.querySelectorAll('#transcript .turn').length === 1 && `+turnStatus("succeeded"))
+	earlier := chromedp.ID("earlier-turns")
+	b.do("show earlier turns", chromedp.WaitVisible(earlier), chromedp.Click(earlier))
+	b.until("three turns", `document.querySelectorAll('#transcript .turn').length === 3 && document.getElementById('earlier-turns').hidden`)
+	if got := eval[string](b, viewJS); got != live {
+		t.Fatalf("earlier turns read from the log differ from what the page showed live:\nlive %s\nread %s", live, got)
+	}
+	// The page still runs the next turn as the current one.
+	b.prompt("hello again")
+	b.until("the fourth turn succeeds", `document.querySelectorAll('#transcript .turn').length === 4 && `+turnStatus("succeeded"))
+
+	// A sandbox with one turn has nothing earlier to offer.
+	one := createSandbox(t, s)
+	b.openSandbox(s, one)
+	b.prompt("hello")
+	b.until("its turn succeeds", turnStatus("succeeded"))
+	b.do("reload", chromedp.Reload())
+	b.waitLive()
+	b.until("the page looked into the log", fmt.Sprintf(`document.getElementById('earlier-turns').dataset.checked === %s`, jsString(one)))
+	if !eval[bool](b, `document.getElementById('earlier-turns').hidden`) {
+		t.Fatal("a sandbox with one turn offers earlier turns")
+	}
+	b.noConsoleErrors()
+}

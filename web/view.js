@@ -324,6 +324,12 @@ export class Transcript {
     return this.#current;
   }
 
+  // snapshotTurn is the id of the turn the last snapshot showed (the
+  // sandbox's current or last turn), or null when it has had none.
+  get snapshotTurn() {
+    return this.#snapTurn;
+  }
+
   clear() {
     this.#list.replaceChildren();
     this.#turns.clear();
@@ -411,19 +417,46 @@ export class Transcript {
     if (env.turn_id && env.turn_id === this.#snapTurn && BigInt(env.id) <= this.#snapLast && SNAPSHOT_HOLDS.has(env.type)) {
       return;
     }
+    this.#apply(env, true);
+  }
+
+  // applyEarlier shows an event of a turn before the snapshot's, read from
+  // the log on demand, in log order. It leaves the current turn alone and
+  // announces nothing. It returns false, and shows nothing, from the first
+  // event of the snapshot's turn on: the earlier turns end there.
+  applyEarlier(env) {
+    if (env.turn_id === this.#snapTurn || BigInt(env.id) > this.#snapLast) {
+      return false;
+    }
+    if (env.turn_id) {
+      this.#apply(env, false);
+    }
+    return true;
+  }
+
+  // #apply shows one event; live tells whether it is news (the current
+  // turn, announcements, notices) or history.
+  #apply(env, live) {
     const d = env.data ?? {};
     switch (env.type) {
       case "turn.started": {
         const t = this.#turn(env.turn_id);
         t.setInput(d.input);
-        t.setStatus("running");
-        this.#setCurrent({ id: env.turn_id, status: "running" });
+        if (live || !t.done()) {
+          t.setStatus("running");
+        }
+        if (live) {
+          this.#setCurrent({ id: env.turn_id, status: "running" });
+        }
         break;
       }
       case "turn.completed": {
         const t = this.#turn(env.turn_id);
         t.setStatus(d.status, d);
         t.clearApprovals();
+        if (!live) {
+          break;
+        }
         if (this.#current?.id === env.turn_id) {
           this.#setCurrent(null);
         }
@@ -442,7 +475,7 @@ export class Transcript {
         this.#turn(env.turn_id).upsertTool(d);
         break;
       case "approval.requested":
-        if (!this.#resolved.has(d.approval_id) && this.#turn(env.turn_id).addApproval(d)) {
+        if (!this.#resolved.has(d.approval_id) && this.#turn(env.turn_id).addApproval(d) && live) {
           this.#o.announce(`Approval needed: ${d.title || "a tool call"}`);
         }
         break;
@@ -455,7 +488,7 @@ export class Transcript {
       case "sandbox.error":
         if (env.turn_id) {
           this.#turn(env.turn_id).addError(env.id, d);
-        } else {
+        } else if (live) {
           this.#o.notice(d.message || d.code);
         }
         break;

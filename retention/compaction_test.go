@@ -170,10 +170,15 @@ func TestCompactionProperty(t *testing.T) {
 			s := MustOpenStore(t)
 			id := fmt.Sprintf("c_%d", seed)
 			mustCreate(t, s, id)
-			// Odd seeds scan with Read, as a store without Scan is.
+			// Odd seeds scan with Read, as a store without Scan is, and
+			// seeds 3 and 7 get short reads, as from a store that pages by
+			// size.
 			var store retention.Store = s
-			if seed%2 == 1 {
+			switch seed % 4 {
+			case 1:
 				store = readOnly{s}
+			case 3:
+				store = shortReads{s}
 			}
 			l := retention.New(retention.Config{Store: store, Batch: 1 + r.Intn(50)})
 			evs := genLog(r, id)

@@ -20,6 +20,14 @@ var (
 // readOnly hides a store's Scan, so the loop reads it with Read.
 type readOnly struct{ retention.Store }
 
+// shortReads hides a store's Scan and answers every Read with at most 3
+// records, as a store that pages by size may, whatever more there is.
+type shortReads struct{ retention.Store }
+
+func (s shortReads) Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error) {
+	return s.Store.Read(ctx, id, after, min(limit, 3))
+}
+
 // t0 is the start of every test's timeline; clocks are always injected.
 var t0 = time.Date(2026, 8, 1, 9, 0, 0, 0, time.UTC)
 
@@ -68,6 +76,19 @@ func toolEvent(ts time.Time, n int) *sandbox.Event {
 	return &sandbox.Event{Type: sandbox.TypeToolUpdated, TS: ts, Data: &sandbox.ToolUpdated{
 		ToolCallID: fmt.Sprintf("tool_%d", n), Title: "Read", Kind: sandbox.ToolKindRead, Status: sandbox.ToolCompleted,
 	}}
+}
+
+// toolLog opens a store with one sandbox, c_1, whose log holds n events
+// outside any turn, all at t0, and returns their ids.
+func toolLog(tb testing.TB, n int) (*boltstore.Store, []uint64) {
+	tb.Helper()
+	s := MustOpenStore(tb)
+	mustCreate(tb, s, "c_1")
+	evs := make([]*sandbox.Event, n)
+	for i := range evs {
+		evs[i] = toolEvent(t0, i)
+	}
+	return s, mustAppend(tb, s, "c_1", evs...)
 }
 
 // readAll pages through every retained record of a sandbox.

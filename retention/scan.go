@@ -187,8 +187,9 @@ var errStop = errors.New("stop")
 
 // scan calls fn with the retained records of sandbox id after the given id,
 // in order, reading the first limit records, then pages of scanPages
-// batches, until fn says to stop or the log ends. fn must not keep a
-// record's JSON.
+// batches, until fn says to stop or a read finds nothing more. A short read
+// is not the end: a store may page by size. fn must not keep a record's
+// JSON.
 func (l *Loop) scan(ctx context.Context, id string, after uint64, limit int, fn func(sandbox.Record) (bool, error)) error {
 	for {
 		n, stop := 0, false
@@ -217,7 +218,7 @@ func (l *Loop) scan(ctx context.Context, id string, after uint64, limit int, fn 
 		if stop {
 			return nil
 		}
-		if err != nil || n < limit {
+		if err != nil || n == 0 {
 			return err
 		}
 		limit = scanPages * l.cfg.Batch

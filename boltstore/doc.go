@@ -62,13 +62,15 @@
 // that no sandbox needs any more (collected first, then deleted). It does so
 // when the WAL holds more than 20,000 unmaterialized records or 8 MiB
 // (backpressure: at twice that, appends wait until it is back under), when
-// it has held entries for 250 ms and nothing else waits, before Stats,
+// it has held entries for 250 ms and no request has come for 10 ms (a
+// queue that empties for an instant under load is not idle), before Stats,
 // Check and Close, and, for the sandbox concerned, inside the transaction
 // of a prune or a compaction. Over the limits, the chunk rides in the next
 // commit of appends (its transaction materializes, truncates, then writes
-// its own WAL value), so it costs no commit of its own. Transactions stay bounded (4,096 records or
-// 2 MiB, at least one sandbox), so a materialization holds appends for
-// milliseconds, not seconds.
+// its own WAL value), so it costs no commit of its own. Transactions stay
+// bounded (4,096 records, 2 MiB or 32 sandboxes, at least one sandbox: a
+// chunk rewrites a few pages of every sandbox it touches), so a
+// materialization holds appends for milliseconds, not seconds.
 //
 // Until it is materialized, what a sandbox has only in the WAL is kept in
 // memory (its walTail): the records, which are the newest of its log, and

@@ -54,6 +54,14 @@ const (
 	defaultWALIdle       = 250 * time.Millisecond
 	defaultChunkRecords  = 4096
 	defaultChunkBytes    = 2 << 20
+	// A chunk rewrites a few pages of every sandbox it touches, whatever
+	// its records; bounding the sandboxes bounds its time when many
+	// sandboxes each have a few records in the WAL.
+	defaultChunkSandboxes = 32
+	// The WAL is moved when the committer is idle only after this long
+	// without a request, so a queue that empties for an instant under
+	// load does not start a chunk for the next appends to wait behind.
+	defaultWALQuiet      = 10 * time.Millisecond
 	defaultTruncateBatch = 8192
 	defaultWALValueMax   = 8 << 10
 )
@@ -63,6 +71,8 @@ type walLimits struct {
 	maxRecords, maxBytes     int           // above either, materialize after each batch
 	idle                     time.Duration // materialize a WAL this old when there is nothing else to do
 	chunkRecords, chunkBytes int           // bound one materialization transaction
+	chunkSandboxes           int           // and the sandboxes it touches; 0 is defaultChunkSandboxes
+	quiet                    time.Duration // how long without a request is idle; 0 is defaultWALQuiet
 	truncateBatch            int           // WAL keys deleted per transaction at most
 	ride                     time.Duration // how long a prune waits for appends to ride with (see commitLoop); 0 is rideWait
 	valueMax                 int           // bytes of entries per WAL value (see putWAL); 0 is defaultWALValueMax
@@ -170,6 +180,12 @@ func open(path string, opts Options, limits walLimits) (*Store, error) {
 	}
 	if limits.valueMax <= 0 {
 		limits.valueMax = defaultWALValueMax
+	}
+	if limits.chunkSandboxes <= 0 {
+		limits.chunkSandboxes = defaultChunkSandboxes
+	}
+	if limits.quiet <= 0 {
+		limits.quiet = defaultWALQuiet
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second

@@ -337,7 +337,7 @@ func (s *Store) pickChunk(t *txn) (*chunk, error) {
 		return cmp.Compare(s.tails[a].wal.keys[0], s.tails[b].wal.keys[0])
 	})
 	n, recs, size := 0, 0, 0
-	for n < len(ids) && (n == 0 || recs < s.limits.chunkRecords && size < s.limits.chunkBytes) {
+	for n < len(ids) && (n == 0 || recs < s.limits.chunkRecords && size < s.limits.chunkBytes && n < s.limits.chunkSandboxes) {
 		w := s.tails[ids[n]].wal
 		recs, size, n = recs+len(w.recs), size+w.bytes, n+1
 	}

@@ -416,16 +416,6 @@ func (s *Store) next() (*request, bool) {
 			}
 			continue
 		}
-		// Old enough. Idle means nothing has come for quiet: a queue that
-		// empties for an instant under load must not start a chunk that
-		// the next appends wait behind.
-		timer := time.NewTimer(s.limits.quiet)
-		select {
-		case r, ok := <-s.reqs:
-			timer.Stop()
-			return r, ok
-		case <-timer.C:
-		}
 		for s.walLen > 0 && len(s.reqs) == 0 {
 			if err := s.materializeChunk(); err != nil {
 				s.log.Error("event store: materializing the WAL failed; retrying later", "err", err)

@@ -62,8 +62,7 @@
 // that no sandbox needs any more (collected first, then deleted). It does so
 // when the WAL holds more than 20,000 unmaterialized records or 8 MiB
 // (backpressure: at twice that, appends wait until it is back under), when
-// it has held entries for 250 ms and no request has come for 10 ms (a
-// queue that empties for an instant under load is not idle), before Stats,
+// it has held entries for 250 ms and nothing else waits, before Stats,
 // Check and Close, and, for the sandbox concerned, inside the transaction
 // of a prune or a compaction. Over the limits, the chunk rides in the next
 // commit of appends (its transaction materializes, truncates, then writes

@@ -58,12 +58,8 @@ const (
 	// its records; bounding the sandboxes bounds its time when many
 	// sandboxes each have a few records in the WAL.
 	defaultChunkSandboxes = 32
-	// The WAL is moved when the committer is idle only after this long
-	// without a request, so a queue that empties for an instant under
-	// load does not start a chunk for the next appends to wait behind.
-	defaultWALQuiet      = 10 * time.Millisecond
-	defaultTruncateBatch = 8192
-	defaultWALValueMax   = 8 << 10
+	defaultTruncateBatch  = 8192
+	defaultWALValueMax    = 8 << 10
 )
 
 // walLimits are the materialization thresholds; tests lower them.
@@ -72,7 +68,6 @@ type walLimits struct {
 	idle                     time.Duration // materialize a WAL this old when there is nothing else to do
 	chunkRecords, chunkBytes int           // bound one materialization transaction
 	chunkSandboxes           int           // and the sandboxes it touches; 0 is defaultChunkSandboxes
-	quiet                    time.Duration // how long without a request is idle; 0 is defaultWALQuiet
 	truncateBatch            int           // WAL keys deleted per transaction at most
 	ride                     time.Duration // how long a prune waits for appends to ride with (see commitLoop); 0 is rideWait
 	valueMax                 int           // bytes of entries per WAL value (see putWAL); 0 is defaultWALValueMax
@@ -183,9 +178,6 @@ func open(path string, opts Options, limits walLimits) (*Store, error) {
 	}
 	if limits.chunkSandboxes <= 0 {
 		limits.chunkSandboxes = defaultChunkSandboxes
-	}
-	if limits.quiet <= 0 {
-		limits.quiet = defaultWALQuiet
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second

@@ -52,7 +52,8 @@ type Config struct {
 	// auth (the web page).
 	Static http.Handler
 	// WriteTimeout bounds how long any single write may wait on a client
-	// that accepts no bytes (default 1m). It is a per-write deadline, not a
+	// that accepts no bytes (default 1m; a write gets between half of it
+	// and all of it, see responseWriter). It is a per-write deadline, not a
 	// limit on a response's length, so a replay of any length still
 	// completes for a client that keeps reading.
 	WriteTimeout time.Duration
@@ -326,15 +327,19 @@ func validRequestID(id string) bool {
 
 // responseWriter records the status and size of an answer for the log, and
 // bounds every write: http.Server has no WriteTimeout (streams are long), so
-// each Write moves the connection's write deadline to now+timeout instead. A
-// client that takes no bytes for that long is dropped; one that keeps
-// reading is never cut short, and a slow handler does not eat into the
-// time its answer has to be written. It unwraps to the connection's writer
-// so http.ResponseController reaches Flush and SetWriteDeadline.
+// each Write moves the connection's write deadline to now+timeout instead,
+// unless the deadline already set leaves more than half of that: moving it
+// is a timer update, and a stream writes and flushes every delivery. So a
+// write gets between timeout/2 and timeout. A client that takes no bytes
+// for that long is dropped; one that keeps reading is never cut short, and
+// a slow handler does not eat into the time its answer has to be written.
+// It unwraps to the connection's writer so http.ResponseController reaches
+// Flush and SetWriteDeadline.
 type responseWriter struct {
 	http.ResponseWriter
 	rc        *http.ResponseController
 	timeout   time.Duration
+	deadline  time.Time // the write deadline this response last set
 	requestID string
 	status    int
 	bytes     int64
@@ -359,8 +364,13 @@ func (w *responseWriter) Write(b []byte) (int, error) {
 }
 
 func (w *responseWriter) extend() {
+	now := time.Now()
+	if w.deadline.Sub(now) > w.timeout/2 {
+		return
+	}
+	w.deadline = now.Add(w.timeout)
 	// A writer without deadlines (a recorder in tests) works without one.
-	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	_ = w.rc.SetWriteDeadline(w.deadline)
 }
 
 // FlushError is what http.ResponseController.Flush calls: a flush is a

@@ -207,9 +207,9 @@ func snapshotFrame(id string, st *sandbox.State) ([]byte, error) {
 }
 
 // sseConn writes the frames of one stream. Its writer is the server's
-// responseWriter, which moves the connection's write deadline before every
-// write and flush: a client that takes no bytes for WriteTimeout is
-// dropped, while one that reads slowly only holds up its own goroutine,
+// responseWriter, which keeps the connection's write deadline at least half
+// of WriteTimeout ahead of every write and flush: a client that takes no
+// bytes for that long is dropped, while one that reads slowly only holds up its own goroutine,
 // blocked in its own write, with nothing queued for it but the socket's and
 // the response's buffers.
 type sseConn struct {

@@ -369,8 +369,6 @@ func TestPruneRides(t *testing.T) {
 	t.Run("Alone", func(t *testing.T) {
 		path := t.TempDir() + "/sparkles.db"
 		s := mustOpenLimits(t, path, Options{}, walLimits{
-			maxRecords: defaultWALMaxRecords, maxBytes: defaultWALMaxBytes, idle: defaultWALIdle,
-			chunkRecords: defaultChunkRecords, chunkBytes: defaultChunkBytes, truncateBatch: defaultTruncateBatch,
 			ride: time.Hour, // no timeout here: only Close ends the wait
 		})
 		mustCreate(t, s, "c_1")

@@ -62,15 +62,16 @@ const (
 	defaultWALValueMax    = 8 << 10
 )
 
-// walLimits are the materialization thresholds; tests lower them.
+// walLimits are the materialization thresholds; tests lower them. A limit
+// left at zero is the default (orDefaults).
 type walLimits struct {
 	maxRecords, maxBytes     int           // above either, materialize after each batch
 	idle                     time.Duration // materialize a WAL this old when there is nothing else to do
 	chunkRecords, chunkBytes int           // bound one materialization transaction
-	chunkSandboxes           int           // and the sandboxes it touches; 0 is defaultChunkSandboxes
+	chunkSandboxes           int           // and the sandboxes it touches
 	truncateBatch            int           // WAL keys deleted per transaction at most
-	ride                     time.Duration // how long a prune waits for appends to ride with (see commitLoop); 0 is rideWait
-	valueMax                 int           // bytes of entries per WAL value (see putWAL); 0 is defaultWALValueMax
+	ride                     time.Duration // how long a prune waits for appends to ride with (see commitLoop)
+	valueMax                 int           // bytes of entries per WAL value (see putWAL)
 }
 
 // Store is the bbolt implementation of coordinator.Store. See doc.go for
@@ -163,22 +164,34 @@ type write interface {
 // Open opens (or creates) the store file at path, replays what its WAL holds
 // into the sandboxes' buckets, and starts the committer.
 func Open(path string, opts Options) (*Store, error) {
-	return open(path, opts, walLimits{
-		maxRecords: defaultWALMaxRecords, maxBytes: defaultWALMaxBytes, idle: defaultWALIdle,
-		chunkRecords: defaultChunkRecords, chunkBytes: defaultChunkBytes, truncateBatch: defaultTruncateBatch,
-	})
+	return open(path, opts, walLimits{})
+}
+
+// orDefaults fills the limits left at zero with the defaults.
+func (l walLimits) orDefaults() walLimits {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&l.maxRecords, defaultWALMaxRecords)
+	def(&l.maxBytes, defaultWALMaxBytes)
+	def(&l.chunkRecords, defaultChunkRecords)
+	def(&l.chunkBytes, defaultChunkBytes)
+	def(&l.chunkSandboxes, defaultChunkSandboxes)
+	def(&l.truncateBatch, defaultTruncateBatch)
+	def(&l.valueMax, defaultWALValueMax)
+	if l.idle <= 0 {
+		l.idle = defaultWALIdle
+	}
+	if l.ride <= 0 {
+		l.ride = rideWait
+	}
+	return l
 }
 
 func open(path string, opts Options, limits walLimits) (*Store, error) {
-	if limits.ride <= 0 {
-		limits.ride = rideWait
-	}
-	if limits.valueMax <= 0 {
-		limits.valueMax = defaultWALValueMax
-	}
-	if limits.chunkSandboxes <= 0 {
-		limits.chunkSandboxes = defaultChunkSandboxes
-	}
+	limits = limits.orDefaults()
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second
 	}

@@ -58,27 +58,12 @@ func viewRecord(k, v []byte) (sandbox.Record, error) {
 	return sandbox.Record{ID: keyID(k), Type: internType(v[1:n]), JSON: v[n:]}, nil
 }
 
-// internType returns the Type constant spelled b; an unknown one is copied.
+// internType returns the durable Type spelled b; an unknown one is copied.
 func internType(b []byte) sandbox.Type {
-	switch string(b) { // compared without allocating
-	case string(sandbox.TypeMessageUpdated):
-		return sandbox.TypeMessageUpdated
-	case string(sandbox.TypeToolUpdated):
-		return sandbox.TypeToolUpdated
-	case string(sandbox.TypeMessageCompleted):
-		return sandbox.TypeMessageCompleted
-	case string(sandbox.TypeTurnStarted):
-		return sandbox.TypeTurnStarted
-	case string(sandbox.TypeTurnCompleted):
-		return sandbox.TypeTurnCompleted
-	case string(sandbox.TypeApprovalRequested):
-		return sandbox.TypeApprovalRequested
-	case string(sandbox.TypeApprovalResolved):
-		return sandbox.TypeApprovalResolved
-	case string(sandbox.TypeSandboxStatus):
-		return sandbox.TypeSandboxStatus
-	case string(sandbox.TypeSandboxError):
-		return sandbox.TypeSandboxError
+	for _, t := range sandbox.DurableTypes {
+		if string(b) == string(t) { // compared without allocating
+			return t
+		}
 	}
 	return sandbox.Type(b)
 }

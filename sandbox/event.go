@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -25,16 +26,15 @@ const (
 	TypeSandboxError      Type = "sandbox.error"
 )
 
+// DurableTypes are the types of the events written to the log.
+var DurableTypes = []Type{
+	TypeTurnStarted, TypeTurnCompleted, TypeMessageUpdated, TypeMessageCompleted,
+	TypeToolUpdated, TypeApprovalRequested, TypeApprovalResolved, TypeSandboxError,
+}
+
 // Durable reports whether events of this type are written to the log and
 // carry an id. Snapshot and status frames are transient.
-func (t Type) Durable() bool {
-	switch t {
-	case TypeTurnStarted, TypeTurnCompleted, TypeMessageUpdated, TypeMessageCompleted,
-		TypeToolUpdated, TypeApprovalRequested, TypeApprovalResolved, TypeSandboxError:
-		return true
-	}
-	return false
-}
+func (t Type) Durable() bool { return slices.Contains(DurableTypes, t) }
 
 // Envelope constants.
 const (

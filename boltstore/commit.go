@@ -116,29 +116,23 @@ func (s *Store) commitLoop() {
 			b.fail(fmt.Errorf("commit to event store: an earlier batch failed: %w", err))
 		}
 		b.t.base = nil
+		// Take what is queued; while gathering, wait for more until the
+		// target or the timer.
 	drain:
 		for open() {
-			var wait <-chan time.Time
-			if gather != nil && len(b.reqs) < gather.target {
-				wait = gather.timer.C
+			if gather == nil || len(b.reqs) >= gather.target {
+				select {
+				case r, ok := <-s.reqs:
+					take(r, ok)
+					continue
+				default:
+					break drain
+				}
 			}
 			select {
 			case r, ok := <-s.reqs:
 				take(r, ok)
-				continue
-			case <-wait:
-				gather.timer.Stop()
-				gather = nil
-				continue
-			default:
-			}
-			if wait == nil {
-				break drain
-			}
-			select {
-			case r, ok := <-s.reqs:
-				take(r, ok)
-			case <-wait:
+			case <-gather.timer.C:
 				gather = nil
 			}
 		}

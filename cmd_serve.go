@@ -330,10 +330,10 @@ func (m *Main) Close() error {
 // NATS store this node's leases hold.
 func (m *Main) ready() error {
 	if _, _, err := m.Store.Sandboxes(context.Background(), "", 1); err != nil {
-		return fmt.Errorf("the database does not answer: %w", err)
+		return fmt.Errorf("the database does not answer (%w); see the server log", err)
 	}
 	if !m.Retainer.Alive() {
-		return errors.New("the retention loop is not running")
+		return errors.New("the retention loop is not running or makes no progress; see the server log for its last error")
 	}
 	if m.Cluster != nil {
 		return m.Cluster.Ready()

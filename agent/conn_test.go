@@ -239,10 +239,10 @@ func TestPermission(t *testing.T) {
 			if got, want := p.ToolCall.Kind, "edit"; got != want {
 				t.Fatalf("toolCall.kind = %q, want %q", got, want)
 			}
-			if got, want := len(p.Options), 2; got != want {
+			if got, want := len(p.Options), 3; got != want {
 				t.Fatalf("%d options, want %d", got, want)
 			}
-			if got, want := p.Options[0].OptionID+" "+p.Options[1].Kind, "allow_once reject_once"; got != want {
+			if got, want := p.Options[0].Kind+" "+p.Options[1].OptionID+" "+p.Options[2].Kind, "allow_always allow_once reject_once"; got != want {
 				t.Fatalf("options = %q, want %q", got, want)
 			}
 			if tc.name == "Cancelled" {

@@ -82,6 +82,7 @@ type demo struct {
 	mu       sync.Mutex
 	canRead  bool
 	canWrite bool
+	always   bool // the user chose the allow_always option: writes are no longer asked for
 	sessions int
 	session  string
 	cwd      string

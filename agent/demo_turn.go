@@ -230,33 +230,11 @@ func (t *demoTurn) writeTool() (string, error) {
 	if err := t.update(announce); err != nil {
 		return "", err
 	}
-	res, rpcErr, err := t.d.call("session/request_permission", map[string]any{
-		"sessionId": t.session,
-		"toolCall":  call,
-		"options": []map[string]string{
-			{"optionId": "allow_once", "name": "Allow", "kind": "allow_once"},
-			{"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
-		},
-	})
-	if err != nil {
-		return "", err
-	}
-	var out struct {
-		Outcome struct {
-			Outcome  string `json:"outcome"`
-			OptionID string `json:"optionId"`
-		} `json:"outcome"`
-	}
-	if rpcErr != nil || json.Unmarshal(res, &out) != nil {
-		return fmt.Sprintf("I could not ask to write %s.", name), t.toolStatus(id, "failed", nil)
-	}
-	switch {
-	case out.Outcome.Outcome == "cancelled":
-		// The failed status still goes out: the tool call must not hang open.
-		_ = t.send(map[string]any{"sessionUpdate": "tool_call_update", "toolCallId": id, "status": "failed"})
-		return "", errDemoCancelled
-	case out.Outcome.Outcome != "selected" || out.Outcome.OptionID != "allow_once":
-		return fmt.Sprintf("You did not let me write %s.", name), t.toolStatus(id, "failed", nil)
+	if !t.d.alwaysWrite() {
+		msg, err := t.askWrite(id, name, call)
+		if msg != "" || err != nil {
+			return msg, err
+		}
 	}
 	if err := t.toolStatus(id, "in_progress", nil); err != nil {
 		return "", err
@@ -264,7 +242,7 @@ func (t *demoTurn) writeTool() (string, error) {
 	if !t.d.can(true) {
 		return fmt.Sprintf("I could not write %s: the client shares no files.", name), t.toolStatus(id, "failed", nil)
 	}
-	_, rpcErr, err = t.d.call("fs/write_text_file", map[string]any{"sessionId": t.session, "path": path, "content": content})
+	_, rpcErr, err := t.d.call("fs/write_text_file", map[string]any{"sessionId": t.session, "path": path, "content": content})
 	if err != nil {
 		return "", err
 	}
@@ -342,4 +320,53 @@ func (d *demo) can(write bool) bool {
 		return d.canWrite
 	}
 	return d.canRead
+}
+
+// askWrite asks the user for permission to write name, as real agents do,
+// until the user allows it always. It returns "" and nil when the write may
+// go on, else what to answer and how the tool ends.
+func (t *demoTurn) askWrite(id, name string, call map[string]any) (string, error) {
+	res, rpcErr, err := t.d.call("session/request_permission", map[string]any{
+		"sessionId": t.session,
+		"toolCall":  call,
+		"options": []map[string]string{
+			// Listed as Claude Code and Gemini CLI list theirs, the always
+			// option first, so that nothing may take the first allow for
+			// a single approval.
+			{"optionId": "allow_always", "name": "Always allow writes", "kind": "allow_always"},
+			{"optionId": "allow_once", "name": "Allow", "kind": "allow_once"},
+			{"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
+		},
+	})
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		Outcome struct {
+			Outcome  string `json:"outcome"`
+			OptionID string `json:"optionId"`
+		} `json:"outcome"`
+	}
+	if rpcErr != nil || json.Unmarshal(res, &out) != nil {
+		return fmt.Sprintf("I could not ask to write %s.", name), t.toolStatus(id, "failed", nil)
+	}
+	switch {
+	case out.Outcome.Outcome == "cancelled":
+		// The failed status still goes out: the tool call must not hang open.
+		_ = t.send(map[string]any{"sessionUpdate": "tool_call_update", "toolCallId": id, "status": "failed"})
+		return "", errDemoCancelled
+	case out.Outcome.Outcome == "selected" && out.Outcome.OptionID == "allow_always":
+		t.d.mu.Lock()
+		t.d.always = true
+		t.d.mu.Unlock()
+	case out.Outcome.Outcome != "selected" || out.Outcome.OptionID != "allow_once":
+		return fmt.Sprintf("You did not let me write %s.", name), t.toolStatus(id, "failed", nil)
+	}
+	return "", nil
+}
+
+func (d *demo) alwaysWrite() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.always
 }

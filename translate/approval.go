@@ -93,8 +93,8 @@ func optionKind(k string) (string, bool) {
 // agent and the approval.resolved event.
 //
 // decision is approved, denied, canceled or failed. optionID is one of our
-// option ids or "": approved picks the first allow_* option, denied the
-// first reject_* one. With an optionID, decision may be "" and is then taken
+// option ids or "": approved picks the allow_once option (allow_always only
+// when there is none), denied reject_once (else reject_always). With an optionID, decision may be "" and is then taken
 // from the option's kind. reason is user when "". Canceled and failed answer
 // the agent "cancelled". The error is a *sandbox.Error: not_found for an
 // unknown approval, approval_resolved for one already resolved,
@@ -142,29 +142,41 @@ func (t *Translator) ResolveApproval(approvalID, decision, optionID, reason stri
 	return out, []*sandbox.Event{t.resolve(t.now(), a, decision, optionID, reason)}, nil
 }
 
-// pickOption finds the option a decision selects.
+// pickOption finds the option a decision selects. A plain decision never
+// picks an always-option while a once-option is offered: approve answers the
+// agent's allow_once (allow_always only when it offers no allow_once), deny
+// its reject_once (else reject_always). Agents list their options in any
+// order, Claude Code and Gemini CLI with allow_always first, so the order
+// says nothing about what one approval should grant. Only an explicit
+// option id chooses an always-option.
 func pickOption(a *approval, decision, optionID string) (option, error) {
-	want := ""
+	var prefer []string
 	switch decision {
 	case sandbox.DecisionApproved:
-		want = "allow_"
+		prefer = []string{sandbox.OptionAllowOnce, sandbox.OptionAllowAlways}
 	case sandbox.DecisionDenied:
-		want = "reject_"
+		prefer = []string{sandbox.OptionRejectOnce, sandbox.OptionRejectAlways}
 	}
 	if optionID == "" {
-		if want == "" {
+		if prefer == nil {
 			return option{}, sandbox.Errorf(sandbox.EInvalidRequest, "a decision or an option is required")
 		}
-		for _, o := range a.options {
-			if strings.HasPrefix(o.kind, want) {
-				return o, nil
+		for _, kind := range prefer {
+			for _, o := range a.options {
+				if o.kind == kind {
+					return o, nil
+				}
 			}
 		}
-		return option{}, sandbox.Errorf(sandbox.EInvalidRequest, "approval %s offers no option to %s", a.id, strings.TrimSuffix(want, "_"))
+		verb := "allow"
+		if decision == sandbox.DecisionDenied {
+			verb = "reject"
+		}
+		return option{}, sandbox.Errorf(sandbox.EInvalidRequest, "approval %s offers no option to %s", a.id, verb)
 	}
 	for _, o := range a.options {
 		if o.id == optionID {
-			if want != "" && !strings.HasPrefix(o.kind, want) {
+			if prefer != nil && o.kind != prefer[0] && o.kind != prefer[1] {
 				return option{}, sandbox.Errorf(sandbox.EInvalidRequest, "option %s is %s, not a way to decide %s", optionID, o.kind, decision)
 			}
 			return o, nil

@@ -232,6 +232,31 @@ func TestResolveApproval(t *testing.T) {
 			}
 		})
 	}
+	// Claude Code and Gemini CLI list allow_always first: a plain decision
+	// must still grant or refuse one use only.
+	t.Run("OnceBeforeAlways", func(t *testing.T) {
+		for _, tt := range []struct {
+			name, options, decision, wantAgent string
+		}{
+			{"AlwaysFirst", `{"optionId":"aa","name":"Always","kind":"allow_always"},{"optionId":"a1","name":"Once","kind":"allow_once"},{"optionId":"ra","name":"Never","kind":"reject_always"},{"optionId":"r1","name":"No","kind":"reject_once"}`, "approved", "a1"},
+			{"RejectAlwaysFirst", `{"optionId":"aa","name":"Always","kind":"allow_always"},{"optionId":"a1","name":"Once","kind":"allow_once"},{"optionId":"ra","name":"Never","kind":"reject_always"},{"optionId":"r1","name":"No","kind":"reject_once"}`, "denied", "r1"},
+			{"OnlyAlways", `{"optionId":"aa","name":"Always","kind":"allow_always"},{"optionId":"r1","name":"No","kind":"reject_once"}`, "approved", "aa"},
+			{"OnlyRejectAlways", `{"optionId":"a1","name":"Once","kind":"allow_once"},{"optionId":"ra","name":"Never","kind":"reject_always"}`, "denied", "ra"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				tr := newScripted(&clock{t: epoch})
+				tr.StartTurn("turn_1", nil)
+				p, _ := tr.RequestPermission(json.RawMessage(`{"sessionId":"s","toolCall":{"toolCallId":"t","title":"Write"},"options":[` + tt.options + `]}`))
+				out, _, err := tr.ResolveApproval(p.ApprovalID, tt.decision, "", "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := out.OptionID, tt.wantAgent; got != want {
+					t.Fatalf("agent option = %q, want %q", got, want)
+				}
+			})
+		}
+	})
 	t.Run("PendingIsACopy", func(t *testing.T) {
 		tr := newScripted(&clock{t: epoch})
 		tr.StartTurn("turn_1", nil)

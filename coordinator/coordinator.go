@@ -190,6 +190,11 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 			return sandbox.Sandbox{}, err
 		}
 	}
+	for _, err := range []error{checkEnv("env", p.Env), checkEnv("secrets", p.Secrets), checkNoNUL("metadata", p.Metadata)} {
+		if err != nil {
+			return sandbox.Sandbox{}, err
+		}
+	}
 	agentName := p.Agent
 	if c.hasAgents() {
 		if agentName == "" {

@@ -64,6 +64,22 @@ func TestCreateSandbox(t *testing.T) {
 		{"ErrTrailingData", `{} {}`, "after the JSON object"},
 		{"ErrNotObject", `[1]`, "JSON object"},
 		{"ErrWrongType", `{"metadata":"x"}`, `"metadata"`},
+		// Environment variables a client may not set (issue of API access
+		// turning into running any file on the host).
+		{"ErrEnvKeyWithEquals", `{"env":{"A=B":"1"}}`, `"A=B" is not a variable name`},
+		{"ErrEnvKeyDigit", `{"env":{"1A":"1"}}`, "not a variable name"},
+		{"ErrEnvNUL", `{"env":{"A":"x\u0000y"}}`, "NUL"},
+		{"ErrSecretNUL", `{"secrets":{"K":"\u0000"}}`, "NUL"},
+		{"ErrMetadataNUL", `{"metadata":{"k\u0000":"v"}}`, "NUL"},
+		{"ErrLDPreload", `{"env":{"LD_PRELOAD":"/tmp/x.so"}}`, "LD_PRELOAD is refused"},
+		{"ErrLDLibraryPath", `{"env":{"LD_LIBRARY_PATH":"/tmp"}}`, "LD_LIBRARY_PATH is refused"},
+		{"ErrDYLD", `{"env":{"DYLD_INSERT_LIBRARIES":"x"}}`, "refused"},
+		{"ErrBashEnv", `{"env":{"BASH_ENV":"/tmp/x"}}`, "BASH_ENV is refused"},
+		{"ErrEnv", `{"env":{"ENV":"/tmp/x"}}`, "ENV is refused"},
+		{"ErrNodeOptions", `{"env":{"NODE_OPTIONS":"--require /tmp/x.js"}}`, "NODE_OPTIONS is refused"},
+		{"ErrPythonStartup", `{"secrets":{"PYTHONSTARTUP":"/tmp/x.py"}}`, "PYTHONSTARTUP is refused"},
+		{"ErrBashFunc", `{"env":{"BASH_FUNC_ls%%":"() { :; }"}}`, "not a variable name"},
+		{"ErrLowerCaseHook", `{"env":{"ld_preload":"x"}}`, "refused"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := h.request(http.MethodPost, "/v1/sandboxes", h.token, tt.body).fails(t, http.StatusBadRequest, sandbox.EInvalidRequest)
@@ -83,6 +99,10 @@ func TestCreateSandbox(t *testing.T) {
 	t.Run("ErrNoContentType", func(t *testing.T) {
 		h.request(http.MethodPost, "/v1/sandboxes", h.token, `{}`, "Content-Type", "").
 			fails(t, http.StatusUnsupportedMediaType, sandbox.EUnsupportedMediaType)
+	})
+	t.Run("OKEnv", func(t *testing.T) {
+		var c created
+		h.ok(http.MethodPost, "/v1/sandboxes", `{"env":{"PATH":"/usr/bin","_X1":"a=b"}}`, http.StatusCreated, &c)
 	})
 	t.Run("ErrUnknownAgent", func(t *testing.T) {
 		h.request(http.MethodPost, "/v1/sandboxes", h.token, `{"agent":"nope"}`).fails(t, http.StatusBadRequest, sandbox.EInvalidRequest)

@@ -61,6 +61,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			// The client left; nobody reads this answer.
 			level = slog.LevelDebug
 		}
+		if _, ok := errors.AsType[*clientGoneError](err); ok {
+			level = slog.LevelInfo
+		}
 		s.log.Log(r.Context(), level, "request failed", "request_id", requestID(w),
 			"method", r.Method, "path", r.URL.Path, "err", err)
 		se = &sandbox.Error{Type: sandbox.EInternal, Message: internalMessage}

@@ -44,6 +44,8 @@ type options struct {
 	// after a little data rather than after megabytes.
 	sendBuffer int
 	logger     *slog.Logger
+	// bodyTimeout bounds the reading of request bodies.
+	bodyTimeout time.Duration
 }
 
 func newHarness(tb testing.TB, opt options) *harness {
@@ -57,7 +59,7 @@ func newHarness(tb testing.TB, opt options) *harness {
 		tb.Fatal(err)
 	}
 	be := &testBackend{Coordinator: coord, store: st}
-	srv := New(Config{Backend: be, Token: testToken, Keepalive: opt.keepalive, WriteTimeout: opt.writeTimeout, Logger: opt.logger})
+	srv := New(Config{Backend: be, Token: testToken, Keepalive: opt.keepalive, WriteTimeout: opt.writeTimeout, BodyTimeout: opt.bodyTimeout, Logger: opt.logger})
 	ts := httptest.NewUnstartedServer(srv)
 	if opt.sendBuffer > 0 {
 		ts.Listener = sendBufferListener{ts.Listener, opt.sendBuffer}

@@ -8,8 +8,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -17,17 +19,37 @@ import (
 // decodeBody decodes the JSON object in r's body into v. An empty body
 // leaves v as it is, so callers decide whether a body is required.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	// The body has a deadline of its own: http.Server's ReadTimeout would
+	// also end every stream, and without one a client sending a byte now
+	// and then holds a goroutine forever.
+	var rc *http.ResponseController
+	timeout := defaultBodyTimeout
 	if rw, ok := w.(*responseWriter); ok {
+		rc, timeout = rw.rc, rw.bodyTimeout
 		// MaxBytesReader tells the connection's own writer to close after
 		// an oversized body rather than read the rest of it.
 		w = rw.ResponseWriter
 	}
+	if rc != nil {
+		_ = rc.SetReadDeadline(time.Now().Add(timeout))
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err == nil && rc != nil {
+		// Only a body read whole lifts the deadline: after a failed one,
+		// net/http discards the rest of the body before it answers, and
+		// that read must fail at once rather than wait on the client.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return sandbox.Errorf(sandbox.EPayloadTooLarge, "request body is larger than %d bytes", maxBodyBytes)
 		}
-		return fmt.Errorf("read request body: %w", err)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return sandbox.Errorf(sandbox.EInvalidRequest, "the request body did not arrive within %s; send it whole and at once", timeout)
+		}
+		// Anything else is a client that went away mid-body: nobody reads
+		// the answer, and it is no fault of the server.
+		return &clientGoneError{err: err}
 	}
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
@@ -139,3 +161,10 @@ func queryLimit(r *http.Request, def, max int) (int, error) {
 	}
 	return n, nil
 }
+
+// clientGoneError is a request whose client went away before its body was
+// read whole.
+type clientGoneError struct{ err error }
+
+func (e *clientGoneError) Error() string { return "client went away mid-body: " + e.err.Error() }
+func (e *clientGoneError) Unwrap() error { return e.err }

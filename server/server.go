@@ -57,6 +57,9 @@ type Config struct {
 	// limit on a response's length, so a replay of any length still
 	// completes for a client that keeps reading.
 	WriteTimeout time.Duration
+	// BodyTimeout bounds the reading of a request's body (default 30s):
+	// a client that trickles its body is answered 400 and let go.
+	BodyTimeout time.Duration
 	// Metrics, when set, is served at /metrics to holders of the server
 	// token (the Prometheus text format; scrapers send the bearer token).
 	Metrics http.Handler
@@ -107,9 +110,12 @@ type Server struct {
 
 // Body and timing limits.
 const (
-	maxBodyBytes      = 1 << 20
-	readHeaderTimeout = 10 * time.Second
-	idleTimeout       = 2 * time.Minute
+	maxBodyBytes = 1 << 20
+	// defaultBodyTimeout bounds the reading of a request body: 1 MiB at
+	// most, which any client that means it sends in far less.
+	defaultBodyTimeout = 30 * time.Second
+	readHeaderTimeout  = 10 * time.Second
+	idleTimeout        = 2 * time.Minute
 )
 
 // New returns a Server over cfg.Backend.
@@ -119,6 +125,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = time.Minute
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = defaultBodyTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -275,7 +284,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rid = sandbox.NewID("req_")
 	}
 	w.Header().Set("X-Request-Id", rid)
-	rw := &responseWriter{ResponseWriter: w, requestID: rid, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
+	rw := &responseWriter{ResponseWriter: w, requestID: rid, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout, bodyTimeout: s.cfg.BodyTimeout}
 	// A stream that ended on a kept-alive connection leaves its deadline
 	// behind; until this answer's first write sets its own, there is none.
 	_ = rw.rc.SetWriteDeadline(time.Time{})
@@ -337,13 +346,15 @@ func validRequestID(id string) bool {
 // Flush and SetWriteDeadline.
 type responseWriter struct {
 	http.ResponseWriter
-	rc        *http.ResponseController
-	timeout   time.Duration
-	deadline  time.Time // the write deadline this response last set
-	requestID string
-	status    int
-	bytes     int64
-	wrote     bool
+	rc *http.ResponseController
+	// bodyTimeout bounds reading the request body (see decodeBody).
+	bodyTimeout time.Duration
+	timeout     time.Duration
+	deadline    time.Time // the write deadline this response last set
+	requestID   string
+	status      int
+	bytes       int64
+	wrote       bool
 }
 
 func (w *responseWriter) WriteHeader(code int) {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,29 @@ func TestCLIPrompt(t *testing.T) {
 		}
 		if strings.Contains(res.stdout, "\x1b") {
 			t.Fatalf("escape sequences on a stdout that is not a terminal: %q", res.stdout)
+		}
+	})
+	t.Run("ApproveAllOnce", func(t *testing.T) {
+		// The demo agent lists its allow_always option first and stops
+		// asking once it is chosen: each turn asking again shows that
+		// --approve-all granted one use each time.
+		sb, err := srv.Client.CreateSandbox(context.Background(), client.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if res := run(t, env, "prompt", "--approve-all", "--sandbox", sb.ID, "write notes.txt"); res.code != 0 {
+				t.Fatalf("want exit 0, got %v", res)
+			}
+		}
+		log := approvalLog(t, srv, sb.ID)
+		if len(log) != 2 {
+			t.Fatalf("the agent asked %d times in two turns, want 2", len(log))
+		}
+		for i, a := range log {
+			if got, want := a.optionKind(), sandbox.OptionAllowOnce; got != want {
+				t.Fatalf("approval %d answered with a %q option, want %s: %+v", i, got, want, a.resolved)
+			}
 		}
 	})
 	t.Run("DenyAll", func(t *testing.T) {
@@ -323,18 +347,22 @@ func TestCLITurns(t *testing.T) {
 	}
 	s := c.Stream(ctx, sb.ID, client.StreamOptions{Since: client.Since(0)})
 	defer s.Close()
-	// next returns the next event of the given type.
-	next := func(typ sandbox.Type) sandbox.Event {
+	// nextOf returns the next event of one of the given types.
+	nextOf := func(types ...sandbox.Type) sandbox.Event {
 		t.Helper()
 		for {
 			m, err := s.Next(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.Kind == client.KindEvent && m.Event.Type == typ {
+			if m.Kind == client.KindEvent && slices.Contains(types, m.Event.Type) {
 				return m.Event
 			}
 		}
+	}
+	next := func(typ sandbox.Type) sandbox.Event {
+		t.Helper()
+		return nextOf(typ)
 	}
 
 	t.Run("Approve", func(t *testing.T) {
@@ -350,8 +378,47 @@ func TestCLITurns(t *testing.T) {
 		if res.code == 0 || !strings.Contains(res.stderr, "already resolved") {
 			t.Fatalf("deny after approve: %v", res)
 		}
+		if got, want := next(sandbox.TypeApprovalResolved).Data.(*sandbox.ApprovalResolved).OptionID, optionOf(t, appr, sandbox.OptionAllowOnce); got != want {
+			t.Fatalf("a plain approve answered option %s, want the allow_once option %s", got, want)
+		}
 		if got, want := next(sandbox.TypeTurnCompleted).Data.(*sandbox.TurnCompleted).Status, sandbox.TurnSucceeded; got != want {
 			t.Fatalf("turn %s, want %s", got, want)
+		}
+	})
+	t.Run("ApproveOption", func(t *testing.T) {
+		// Approved once before, the agent asks again; --option chooses its
+		// allow_always, and then it stops asking.
+		turn, err := c.StartTurn(ctx, sb.ID, "write notes.txt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var appr *sandbox.ApprovalRequested
+		for appr == nil {
+			ev := nextOf(sandbox.TypeApprovalRequested, sandbox.TypeTurnCompleted)
+			if ev.Type == sandbox.TypeTurnCompleted && ev.TurnID == turn.ID {
+				t.Fatal("the agent did not ask again after a plain approve")
+			}
+			appr, _ = ev.Data.(*sandbox.ApprovalRequested)
+		}
+		always := optionOf(t, appr, sandbox.OptionAllowAlways)
+		if res := run(t, env, "approve", "--option", always, sb.ID, appr.ApprovalID); res.code != 0 {
+			t.Fatalf("approve --option: %v", res)
+		}
+		if got := next(sandbox.TypeApprovalResolved).Data.(*sandbox.ApprovalResolved).OptionID; got != always {
+			t.Fatalf("approve --option %s answered option %s", always, got)
+		}
+		next(sandbox.TypeTurnCompleted)
+		if _, err := c.StartTurn(ctx, sb.ID, "write notes.txt"); err != nil {
+			t.Fatal(err)
+		}
+		if ev := nextOf(sandbox.TypeApprovalRequested, sandbox.TypeTurnCompleted); ev.Type != sandbox.TypeTurnCompleted {
+			t.Fatal("the agent asked again after approve --option with its allow_always option")
+		}
+	})
+	t.Run("Help", func(t *testing.T) {
+		res := run(t, env, "approve", "--help")
+		if res.code != 0 || !strings.Contains(res.stdout, "A plain approve grants one use") || !strings.Contains(res.stdout, "--option") {
+			t.Fatalf("approve --help does not say that a plain approve grants one use: %v", res)
 		}
 	})
 	t.Run("Cancel", func(t *testing.T) {
@@ -416,4 +483,58 @@ func TestCLIErrors(t *testing.T) {
 			t.Fatalf("got %v", res)
 		}
 	})
+}
+
+// loggedApproval is one approval as a sandbox's log has it.
+type loggedApproval struct {
+	request  *sandbox.ApprovalRequested
+	resolved *sandbox.ApprovalResolved // nil while pending
+}
+
+// optionKind is the kind of the option the approval was resolved with.
+func (a loggedApproval) optionKind() string {
+	if a.resolved == nil {
+		return ""
+	}
+	for _, o := range a.request.Options {
+		if o.OptionID == a.resolved.OptionID {
+			return o.Kind
+		}
+	}
+	return ""
+}
+
+// approvalLog reads the approvals of a sandbox from its log, oldest first.
+func approvalLog(t *testing.T, srv *sparklestest.Server, id string) []loggedApproval {
+	t.Helper()
+	page, err := srv.Client.Events(context.Background(), id, 0, 1000)
+	if err != nil {
+		t.Fatalf("read the log: %v", err)
+	}
+	var out []loggedApproval
+	for _, ev := range page.Events {
+		switch d := ev.Data.(type) {
+		case *sandbox.ApprovalRequested:
+			out = append(out, loggedApproval{request: d})
+		case *sandbox.ApprovalResolved:
+			for i := range out {
+				if out[i].request.ApprovalID == d.ApprovalID {
+					out[i].resolved = d
+				}
+			}
+		}
+	}
+	return out
+}
+
+// optionOf returns the id of the approval's option of the given kind.
+func optionOf(t *testing.T, a *sandbox.ApprovalRequested, kind string) string {
+	t.Helper()
+	for _, o := range a.Options {
+		if o.Kind == kind {
+			return o.OptionID
+		}
+	}
+	t.Fatalf("approval %s offers no %s option: %+v", a.ApprovalID, kind, a.Options)
+	return ""
 }

@@ -36,15 +36,16 @@ func newPromptCommand() *cli.Command {
 		ArgsUsage: "TEXT",
 		Description: "Creates a sandbox unless --sandbox names one (its id goes to stderr), starts a turn with TEXT\n" +
 			"and follows it to the end. Ctrl-C cancels the turn; a second Ctrl-C quits at once.\n" +
-			"Without --approve-all or --deny-all, requests of the agent are asked y/n on the terminal, and denied\n" +
-			"when stdin is not a terminal.\n" +
+			"Without --approve-all or --deny-all, requests of the agent are asked on the terminal, and denied\n" +
+			"when stdin is not a terminal: y allows this once, a takes the agent's always-option when it offers\n" +
+			"one (the agent may then stop asking), anything else denies.\n" +
 			"Exit status: 0 when the turn succeeded, 1 when it failed, 2 when it was canceled, 3 when it\n" +
 			"succeeded but a request of the agent was denied.",
 		Flags: clientFlags(
 			&cli.StringFlag{Name: "sandbox", EnvVars: []string{"SPARKLES_SANDBOX"}, Usage: "run the turn in this sandbox instead of a new one"},
 			&cli.StringFlag{Name: "agent", EnvVars: []string{"SPARKLES_SANDBOX_AGENT"}, Usage: "agent of the new sandbox (default: the server's default agent)"},
 			&cli.BoolFlag{Name: "hide-reasoning", EnvVars: []string{"SPARKLES_HIDE_REASONING"}, Usage: "do not show the agent's reasoning"},
-			&cli.BoolFlag{Name: "approve-all", EnvVars: []string{"SPARKLES_APPROVE_ALL"}, Usage: "approve every request of the agent without asking"},
+			&cli.BoolFlag{Name: "approve-all", EnvVars: []string{"SPARKLES_APPROVE_ALL"}, Usage: "approve every request of the agent without asking, each for one use (its allow_once option)"},
 			&cli.BoolFlag{Name: "deny-all", EnvVars: []string{"SPARKLES_DENY_ALL"}, Usage: "deny every request of the agent without asking"},
 		),
 		Action: runPrompt,
@@ -145,7 +146,7 @@ type approvalPolicy int
 
 const (
 	policyNone    approvalPolicy = iota // no flag, no terminal: deny and say so
-	policyAsk                           // ask y/n on the terminal
+	policyAsk                           // ask on the terminal
 	policyApprove                       // --approve-all
 	policyDeny                          // --deny-all
 )
@@ -310,8 +311,81 @@ func (p *promptRun) askNext() {
 		go readLines(p.stdin, p.answers)
 	}
 	p.r.endBlock()
-	fmt.Fprintf(p.errw, "Allow %s? [y/N] ", describeApproval(p.asking))
+	fmt.Fprint(p.errw, question(p.asking))
 	p.prompting = true
+}
+
+// question is what the terminal asks about an approval. Its text, the
+// agent's labels included, is sanitized like everything else of the agent's.
+func question(a *sandbox.ApprovalRequested) string {
+	q := "Allow " + describeApproval(a) + "? "
+	always := alwaysOption(a)
+	if always == nil {
+		return sanitize(q+"[y/N] ", false)
+	}
+	choice := "[a]lways"
+	if always.Kind == sandbox.OptionRejectAlways {
+		choice = "[a]lways deny"
+	}
+	if always.Label != "" {
+		choice += " (" + oneLine(always.Label, 60) + ")"
+	}
+	// "yes once" is offered only when there is a once to grant: a plain
+	// approve of an agent without allow_once takes its allow_always.
+	once := ""
+	if offers(a, sandbox.OptionAllowOnce) {
+		once = "[y]es once / "
+	}
+	return sanitize(q+once+choice+" / [N]o ", false)
+}
+
+// answerDecision is the decision a line typed at the question sends, and
+// how to report it. Whatever is not a yes or an always is a no.
+func answerDecision(a *sandbox.ApprovalRequested, line string) (client.Decision, string) {
+	always := alwaysOption(a)
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		if always == nil {
+			return client.Approve, "approved"
+		}
+		if offers(a, sandbox.OptionAllowOnce) {
+			return client.Approve, "approved once"
+		}
+	case "a", "always":
+		if always != nil {
+			outcome := "always allowed"
+			if always.Kind == sandbox.OptionRejectAlways {
+				outcome = "always denied"
+			}
+			if always.Label != "" {
+				outcome += " (" + oneLine(always.Label, 60) + ")"
+			}
+			return client.Decision{OptionID: always.OptionID}, outcome
+		}
+	}
+	return client.Deny, "denied"
+}
+
+// alwaysOption is the lasting option an approval offers, its allow_always
+// before its reject_always, or nil.
+func alwaysOption(a *sandbox.ApprovalRequested) *sandbox.Option {
+	for _, kind := range []string{sandbox.OptionAllowAlways, sandbox.OptionRejectAlways} {
+		for i := range a.Options {
+			if a.Options[i].Kind == kind {
+				return &a.Options[i]
+			}
+		}
+	}
+	return nil
+}
+
+func offers(a *sandbox.ApprovalRequested, kind string) bool {
+	for _, o := range a.Options {
+		if o.Kind == kind {
+			return true
+		}
+	}
+	return false
 }
 
 // readLines sends each line of r, and closes lines at its end.
@@ -341,12 +415,8 @@ func (p *promptRun) answer(line string, ok bool) {
 		return // an answer to a question that was settled meanwhile
 	}
 	p.asking = nil
-	switch strings.ToLower(strings.TrimSpace(line)) {
-	case "y", "yes":
-		p.decide(a, client.Approve, "approved")
-	default:
-		p.decide(a, client.Deny, "denied")
-	}
+	d, outcome := answerDecision(a, line)
+	p.decide(a, d, outcome)
 	if !ok {
 		for _, q := range p.queue {
 			p.approval(q)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/sparkles-dev/sparkles/client"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -90,5 +91,94 @@ func TestScreenRows(t *testing.T) {
 		if got := screenRows(tt.s, tt.cols); got != tt.want {
 			t.Errorf("screenRows(%q, %d) = %d, want %d", tt.s, tt.cols, got, tt.want)
 		}
+	}
+}
+
+// askApproval is an approval of a write offering options of the given
+// kinds, in that order, numbered opt_1… and labelled by kind.
+func askApproval(kinds ...string) *sandbox.ApprovalRequested {
+	a := &sandbox.ApprovalRequested{ApprovalID: "appr_1", Title: "Write notes.txt", Kind: "edit"}
+	labels := map[string]string{
+		sandbox.OptionAllowOnce: "Allow", sandbox.OptionAllowAlways: "Always allow writes",
+		sandbox.OptionRejectOnce: "Reject", sandbox.OptionRejectAlways: "Never allow writes",
+	}
+	for i, k := range kinds {
+		a.Options = append(a.Options, sandbox.Option{OptionID: "opt_" + string(rune('1'+i)), Kind: k, Label: labels[k]})
+	}
+	return a
+}
+
+func TestQuestion(t *testing.T) {
+	const (
+		once    = sandbox.OptionAllowOnce
+		always  = sandbox.OptionAllowAlways
+		reject  = sandbox.OptionRejectOnce
+		never   = sandbox.OptionRejectAlways
+		subject = "Allow [edit] Write notes.txt? "
+	)
+	for _, tt := range []struct {
+		name string
+		a    *sandbox.ApprovalRequested
+		want string
+	}{
+		{"OnceOnly", askApproval(once, reject), subject + "[y/N] "},
+		{"AlwaysFirst", askApproval(always, once, reject), subject + "[y]es once / [a]lways (Always allow writes) / [N]o "},
+		{"BothAlways", askApproval(never, once, always, reject), subject + "[y]es once / [a]lways (Always allow writes) / [N]o "},
+		{"RejectAlways", askApproval(once, never), subject + "[y]es once / [a]lways deny (Never allow writes) / [N]o "},
+		// No once to grant: a plain approve would take the always-option.
+		{"NoAllowOnce", askApproval(always, reject), subject + "[a]lways (Always allow writes) / [N]o "},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := question(tt.a); got != tt.want {
+				t.Fatalf("question = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	t.Run("Sanitized", func(t *testing.T) {
+		a := askApproval(once, always)
+		a.Title = "Write \x1b]0;pwned\x07x"
+		a.Options[1].Label = "Always\x1b[2J allow"
+		want := "Allow [edit] Write ]0;pwnedx? [y]es once / [a]lways (Always[2J allow) / [N]o "
+		if got := question(a); got != want {
+			t.Fatalf("question = %q, want %q", got, want)
+		}
+	})
+}
+
+func TestAnswerDecision(t *testing.T) {
+	const (
+		once   = sandbox.OptionAllowOnce
+		always = sandbox.OptionAllowAlways
+		reject = sandbox.OptionRejectOnce
+		never  = sandbox.OptionRejectAlways
+	)
+	byOption := func(id string) client.Decision { return client.Decision{OptionID: id} }
+	for _, tt := range []struct {
+		name    string
+		a       *sandbox.ApprovalRequested
+		line    string
+		want    client.Decision
+		outcome string
+	}{
+		{"YesOnce", askApproval(always, once, reject), "y\n", client.Approve, "approved once"},
+		{"YesWord", askApproval(always, once, reject), " Yes \n", client.Approve, "approved once"},
+		{"Always", askApproval(always, once, reject), "a\n", byOption("opt_1"), "always allowed (Always allow writes)"},
+		{"AlwaysWord", askApproval(once, reject, always), "ALWAYS\n", byOption("opt_3"), "always allowed (Always allow writes)"},
+		{"AlwaysPrefersAllow", askApproval(never, once, always), "a\n", byOption("opt_3"), "always allowed (Always allow writes)"},
+		{"AlwaysDeny", askApproval(once, never), "a\n", byOption("opt_2"), "always denied (Never allow writes)"},
+		{"Enter", askApproval(always, once, reject), "\n", client.Deny, "denied"},
+		{"Other", askApproval(always, once, reject), "sure\n", client.Deny, "denied"},
+		{"NoQuestionOfAlways", askApproval(once, reject), "a\n", client.Deny, "denied"},
+		{"PlainYes", askApproval(once, reject), "y\n", client.Approve, "approved"},
+		// "yes once" was not offered: a plain approve would grant always.
+		{"YesWithoutOnce", askApproval(always, reject), "y\n", client.Deny, "denied"},
+		{"EndOfInput", askApproval(always, once, reject), "", client.Deny, "denied"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, outcome := answerDecision(tt.a, tt.line)
+			if got != tt.want || outcome != tt.outcome {
+				t.Fatalf("answerDecision(%q) = %+v, %q; want %+v, %q", tt.line, got, outcome, tt.want, tt.outcome)
+			}
+		})
 	}
 }

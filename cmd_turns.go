@@ -10,7 +10,7 @@ import (
 )
 
 func newApproveCommand() *cli.Command {
-	return newDecideCommand("approve", "allow what an agent asked for", client.Approve)
+	return newDecideCommand("approve", "allow what an agent asked for, this once", client.Approve)
 }
 
 func newDenyCommand() *cli.Command {
@@ -23,11 +23,20 @@ func newDecideCommand(name, usage string, d client.Decision) *cli.Command {
 		flags = append(flags, &cli.StringFlag{Name: "option", EnvVars: []string{"SPARKLES_APPROVE_OPTION"},
 			Usage: "choose one of the approval's options by its option_id (e.g. an allow_always option) instead of a plain approve"})
 	}
+	description := "A plain deny answers the agent's reject_once option (its reject_always only when it offers no\n" +
+		"reject_once)."
+	if d == client.Approve {
+		description = "A plain approve grants one use: it answers the agent's allow_once option, whatever order the\n" +
+			"agent lists its options in (its allow_always only when it offers no allow_once). To let the agent\n" +
+			"stop asking, pass --option with the option_id of its allow_always option, as approval.requested\n" +
+			"lists it."
+	}
 	return &cli.Command{
-		Name:      name,
-		Usage:     usage,
-		ArgsUsage: "SANDBOX_ID APPROVAL_ID",
-		Flags:     flags,
+		Name:        name,
+		Usage:       usage,
+		Description: description,
+		ArgsUsage:   "SANDBOX_ID APPROVAL_ID",
+		Flags:       flags,
 		Action: func(c *cli.Context) error {
 			args, err := positional(c, 2, 2)
 			if err != nil {

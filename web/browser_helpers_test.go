@@ -23,6 +23,7 @@ import (
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/client"
 	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/server"
 	"github.com/sparkles-dev/sparkles/web"
 )
@@ -339,6 +340,19 @@ func (b *browser) screenshot() []byte {
 	return png
 }
 
+// screenshotOf returns a PNG of the first element that matches a CSS
+// selector, at twice the size, for a close look.
+func (b *browser) screenshotOf(css string) []byte {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.ScreenshotScale(chromedp.CSS(css), 2))
+	if err != nil {
+		b.t.Fatalf("screenshot of %s: %v", css, err)
+	}
+	return png
+}
+
 // ---- the page, as a user drives it ----
 
 // openSandbox loads the console with the token in the address, as serve
@@ -394,3 +408,48 @@ const viewJS = `JSON.stringify([...document.querySelectorAll('#transcript .turn'
 	approvals: [...t.querySelectorAll('.approval')].map(a => a.dataset.approvalId + ' ' + a.querySelector('.approval-title').textContent
 		+ ' ' + [...a.querySelectorAll('button')].map(b => b.textContent).join('/')),
 })))`
+
+// loggedApproval is one approval as the sandbox's log has it.
+type loggedApproval struct {
+	turn     string
+	request  *sandbox.ApprovalRequested
+	resolved *sandbox.ApprovalResolved // nil while pending
+}
+
+// option returns the id of the request's option of the given kind.
+func (a loggedApproval) option(t *testing.T, kind string) string {
+	t.Helper()
+	for _, o := range a.request.Options {
+		if o.Kind == kind {
+			return o.OptionID
+		}
+	}
+	t.Fatalf("approval %s offers no %s option: %+v", a.request.ApprovalID, kind, a.request.Options)
+	return ""
+}
+
+// approvalLog reads the approvals of a sandbox from its log, oldest first.
+func approvalLog(t *testing.T, s *sparkles, id string) []loggedApproval {
+	t.Helper()
+	page, err := s.Client.Events(context.Background(), id, 0, 1000)
+	if err != nil {
+		t.Fatalf("read the log: %v", err)
+	}
+	var out []loggedApproval
+	for _, ev := range page.Events {
+		switch d := ev.Data.(type) {
+		case *sandbox.ApprovalRequested:
+			out = append(out, loggedApproval{turn: ev.TurnID, request: d})
+		case *sandbox.ApprovalResolved:
+			for i := range out {
+				if out[i].request.ApprovalID == d.ApprovalID {
+					out[i].resolved = d
+				}
+			}
+		}
+	}
+	return out
+}
+
+// buttonsJS lists the text of the buttons of the first approval card.
+const buttonsJS = `[...document.querySelectorAll('.approval button')].map(b => b.textContent)`

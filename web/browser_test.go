@@ -74,10 +74,14 @@ func TestBrowserPrompt(t *testing.T) {
 	b.noConsoleErrors()
 }
 
+// TestBrowserApproveInPage: the card's primary button grants one use. The
+// demo agent lists its allow_always option first, as real agents do; the
+// approval must still answer allow_once, and the next write must ask again.
 func TestBrowserApproveInPage(t *testing.T) {
 	b := newBrowser(t)
 	s := startSparkles(t)
-	b.openSandbox(s, createSandbox(t, s))
+	id := createSandbox(t, s)
+	b.openSandbox(s, id)
 
 	b.prompt("please write notes.txt")
 	approve := chromedp.CSS(`.approval button.approve`)
@@ -85,11 +89,79 @@ func TestBrowserApproveInPage(t *testing.T) {
 	if got, want := eval[string](b, `document.querySelector('.approval .approval-title').textContent`), "Write notes.txt"; got != want {
 		t.Fatalf("approval title = %q, want %q", got, want)
 	}
-	b.do("approve in the page", chromedp.Click(approve), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
+	if got, want := fmt.Sprint(eval[[]string](b, buttonsJS)), "[Allow once Deny Always allow: Always allow writes]"; got != want {
+		t.Fatalf("the card's buttons are %s, want %s", got, want)
+	}
+	b.do("allow once in the page", chromedp.Click(approve), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
 	b.until("the write tool completes", fmt.Sprintf(`[...%s.querySelectorAll('.tool')].some(c =>
 		c.querySelector('.tool-title').textContent === 'Write notes.txt' && c.dataset.status === 'completed')`, lastTurn))
 	b.until("the answer says so", answerHas("I wrote notes.txt."))
 	b.until("the turn succeeds", turnStatus("succeeded"))
+
+	log := approvalLog(t, s, id)
+	if len(log) != 1 || log[0].resolved == nil {
+		t.Fatalf("the log has approvals %+v, want one resolved", log)
+	}
+	if got, want := log[0].resolved.OptionID, log[0].option(t, sandbox.OptionAllowOnce); got != want {
+		t.Fatalf("Allow once answered option %s, want the allow_once option %s", got, want)
+	}
+	if got, want := log[0].resolved.Decision, sandbox.DecisionApproved; got != want {
+		t.Fatalf("decision = %s, want %s", got, want)
+	}
+
+	b.prompt("write notes.txt again")
+	b.do("the next write asks again", chromedp.WaitVisible(approve))
+	b.do("deny it", chromedp.Click(chromedp.CSS(".approval button.deny")), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
+	b.until("the answer says so", answerHas("You did not let me write notes.txt."))
+	log = approvalLog(t, s, id)
+	if len(log) != 2 || log[1].resolved == nil {
+		t.Fatalf("the log has approvals %+v, want two resolved", log)
+	}
+	if got, want := log[1].resolved.OptionID, log[1].option(t, sandbox.OptionRejectOnce); got != want {
+		t.Fatalf("Deny answered option %s, want the reject_once option %s", got, want)
+	}
+	b.noConsoleErrors()
+}
+
+// TestBrowserAlwaysAllow: the lasting option has a button of its own that
+// says so and sends that option; the agent then stops asking.
+func TestBrowserAlwaysAllow(t *testing.T) {
+	b := newBrowser(t)
+	s := startSparkles(t)
+	id := createSandbox(t, s)
+	b.openSandbox(s, id)
+
+	b.prompt("please write notes.txt")
+	always := chromedp.CSS(`.approval button.allow_always`)
+	b.do("the approval card", chromedp.WaitVisible(always))
+	if got, want := eval[string](b, `document.querySelector('.approval button.allow_always').getAttribute('aria-label')`),
+		"Always allow: Always allow writes (Write notes.txt)"; got != want {
+		t.Fatalf("the always button's name = %q, want %q", got, want)
+	}
+	if got, want := eval[string](b, `(() => { const b = document.querySelector('.approval button.allow_always');
+		return document.getElementById(b.getAttribute('aria-describedby'))?.textContent ?? ''; })()`),
+		"An “Always” choice lasts: the agent may stop asking before actions like this one."; got != want {
+		t.Fatalf("the always button is described by %q, want %q", got, want)
+	}
+	b.do("always allow in the page", chromedp.Click(always), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
+	b.until("the answer says so", answerHas("I wrote notes.txt."))
+	b.until("the turn succeeds", turnStatus("succeeded"))
+
+	log := approvalLog(t, s, id)
+	if len(log) != 1 || log[0].resolved == nil {
+		t.Fatalf("the log has approvals %+v, want one resolved", log)
+	}
+	if got, want := log[0].resolved.OptionID, log[0].option(t, sandbox.OptionAllowAlways); got != want {
+		t.Fatalf("the always button answered option %s, want the allow_always option %s", got, want)
+	}
+
+	b.prompt("write notes.txt again")
+	b.until("the next write turn succeeds", `document.querySelectorAll('#transcript .turn').length === 2 && `+
+		turnStatus("succeeded")+` && `+answerHas("I wrote notes.txt."))
+	if log := approvalLog(t, s, id); len(log) != 1 {
+		t.Fatalf("the agent asked again after always allow: %+v", log)
+	}
+	b.noConsoleErrors()
 }
 
 func TestBrowserApprovedElsewhere(t *testing.T) {
@@ -211,15 +283,17 @@ func TestBrowserKeyboard(t *testing.T) {
 		t.Fatalf("controls without a name: %v", unnamed)
 	}
 
-	// From the prompt box, Shift+Tab walks back to the approval's buttons;
-	// Enter answers it.
-	b.do("back from the prompt to Deny and Approve",
-		chromedp.Focus(chromedp.ID("prompt")),
-		chromedp.KeyEvent(kb.Tab, chromedp.KeyModifiers(chromedp.ModifierShift)),
-		chromedp.KeyEvent(kb.Tab, chromedp.KeyModifiers(chromedp.ModifierShift)),
-	)
-	if got, want := eval[string](b, `document.activeElement.getAttribute('aria-label')`), "Approve: Write notes.txt"; got != want {
-		t.Fatalf("focused control = %q, want %q", got, want)
+	// From the prompt box, Shift+Tab walks back through the approval's
+	// buttons, the lasting one last; Enter answers it.
+	b.do("focus the prompt", chromedp.Focus(chromedp.ID("prompt")))
+	var walked []string
+	for range 3 {
+		b.do("Shift+Tab", chromedp.KeyEvent(kb.Tab, chromedp.KeyModifiers(chromedp.ModifierShift)))
+		walked = append(walked, eval[string](b, `document.activeElement.getAttribute('aria-label')`))
+	}
+	want := []string{"Always allow: Always allow writes (Write notes.txt)", "Deny: Write notes.txt", "Allow once: Write notes.txt"}
+	if fmt.Sprint(walked) != fmt.Sprint(want) {
+		t.Fatalf("Shift+Tab from the prompt walked %q, want %q", walked, want)
 	}
 	b.do("press Enter", chromedp.KeyEvent(kb.Enter), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
 	b.until("the turn succeeds", turnStatus("succeeded"))
@@ -247,11 +321,16 @@ func TestBrowserScreenshots(t *testing.T) {
 	b.do("the approval card", chromedp.WaitVisible(chromedp.CSS(".approval button.approve")))
 	for _, scheme := range []string{"light", "dark"} {
 		b.colorScheme(scheme)
-		path := filepath.Join(dir, "sparkles-"+scheme+".png")
-		if err := os.WriteFile(path, b.screenshot(), 0o644); err != nil {
-			t.Fatal(err)
+		for name, png := range map[string][]byte{
+			"sparkles-" + scheme + ".png":          b.screenshot(),
+			"sparkles-approval-" + scheme + ".png": b.screenshotOf(`.approval`),
+		} {
+			path := filepath.Join(dir, name)
+			if err := os.WriteFile(path, png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("saved %s", path)
 		}
-		t.Logf("saved %s", path)
 	}
 }
 

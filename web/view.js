@@ -64,6 +64,9 @@ const STOP_REASONS = {
   error: "ended by an error",
 };
 
+// ALWAYS names the lasting option kinds as their buttons begin.
+const ALWAYS = { allow_always: "Always allow", reject_always: "Always deny" };
+
 // Turn is the section of one turn.
 class Turn {
   constructor(id, decide) {
@@ -211,26 +214,36 @@ class Turn {
       return false;
     }
     const titleID = `title-${a.approval_id}`;
+    const hintID = `hint-${a.approval_id}`;
     const note = h("p", { class: "approval-note", role: "status" });
     const buttons = [];
-    const button = (label, cls, body, aria) => {
-      const b = h("button", { type: "button", class: cls, text: label, "aria-label": aria });
+    const button = (label, cls, body, aria, describedBy) => {
+      const b = h("button", { type: "button", class: cls, text: label, "aria-label": aria, "aria-describedby": describedBy });
       b.addEventListener("click", () => this.#decide(a, body, buttons, note));
       buttons.push(b);
       return b;
     };
     const title = a.title || "A tool call";
-    const actions = h(
-      "div",
-      { class: "approval-actions" },
-      button("Approve", "approve primary", { decision: "approve" }, `Approve: ${title}`),
-      button("Deny", "deny", { decision: "deny" }, `Deny: ${title}`),
-    );
-    // The lasting choices have no plain decision; offer them by option.
-    for (const o of a.options ?? []) {
-      if (o.kind === "allow_always" || o.kind === "reject_always") {
-        actions.append(button(o.label || o.kind.replaceAll("_", " "), `option ${o.kind}`, { option_id: o.option_id }));
-      }
+    const options = a.options ?? [];
+    // A plain decision answers the agent's once-option, and only the
+    // server knows the rest; so a button that says "once" is shown only
+    // when the agent offers a once-option (or, with no options to go by,
+    // the server is left to choose).
+    const offers = (kind) => options.length === 0 || options.some((o) => o.kind === kind);
+    const actions = h("div", { class: "approval-actions" });
+    if (offers("allow_once")) {
+      actions.append(button("Allow once", "approve primary", { decision: "approve" }, `Allow once: ${title}`));
+    }
+    if (offers("reject_once")) {
+      actions.append(button("Deny", "deny", { decision: "deny" }, `Deny: ${title}`));
+    }
+    // A lasting choice is never the plain decision: each gets a button of
+    // its own that says it lasts, whatever the agent's label claims, and
+    // sends that very option.
+    const lasting = options.filter((o) => ALWAYS[o.kind]);
+    for (const o of lasting) {
+      const text = `${ALWAYS[o.kind]}: ${o.label || o.kind.replaceAll("_", " ")}`;
+      actions.append(button(text, `always ${o.kind}`, { option_id: o.option_id }, `${text} (${title})`, hintID));
     }
     const meta = [a.kind, a.expires_at ? `expires ${new Date(a.expires_at).toLocaleTimeString()}` : ""].filter(Boolean).join(" · ");
     const card = h(
@@ -240,6 +253,12 @@ class Turn {
       h("p", { class: "approval-title", id: titleID, text: title }),
       h("p", { class: "approval-meta", text: meta }),
       actions,
+      h("p", {
+        class: "approval-hint",
+        id: hintID,
+        hidden: lasting.length === 0,
+        text: "An “Always” choice lasts: the agent may stop asking before actions like this one.",
+      }),
       note,
     );
     insertSorted(this.approvals, card, a.approval_id);

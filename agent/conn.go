@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,6 +128,7 @@ type Conn struct {
 	cancelSent bool                 // session/cancel went out for the running prompt
 	asks       map[string]RequestID // agent requests handed to the caller and not answered yet
 	session    string
+	auth       []AuthMethod
 	err        error
 
 	inbox      chan Inbound
@@ -279,7 +281,8 @@ func (c *Conn) boot(ctx context.Context, dir string) error {
 		return c.bootError(ctx, "initialize", err)
 	}
 	var ir struct {
-		ProtocolVersion json.Number `json:"protocolVersion"`
+		ProtocolVersion json.Number     `json:"protocolVersion"`
+		AuthMethods     json.RawMessage `json:"authMethods"`
 	}
 	if err := json.Unmarshal(res, &ir); err != nil {
 		return errors.New("agent sent an invalid answer to initialize")
@@ -287,6 +290,13 @@ func (c *Conn) boot(ctx context.Context, dir string) error {
 	if ir.ProtocolVersion.String() != fmt.Sprint(ProtocolVersion) {
 		return fmt.Errorf("agent speaks ACP version %q; only version %d is supported", ir.ProtocolVersion, ProtocolVersion)
 	}
+	// A list of the wrong shape is no list: ACP lets the boot go on.
+	var methods []json.RawMessage
+	_ = json.Unmarshal(ir.AuthMethods, &methods)
+	auth := parseAuthMethods(methods)
+	c.mu.Lock()
+	c.auth = auth
+	c.mu.Unlock()
 	res, err = c.call(ctx, "session/new", newSessionParams{Cwd: dir, MCPServers: []struct{}{}})
 	if err != nil {
 		return c.bootError(ctx, "session/new", err)
@@ -311,9 +321,12 @@ func (c *Conn) bootError(ctx context.Context, method string, err error) error {
 	case errors.Is(err, context.Canceled):
 		return errors.New("agent start was canceled")
 	case errors.As(err, &rpcErr):
-		c.log.Warn("agent refused a boot request", "method", method, "code", rpcErr.Code, "message", rpcErr.Message)
+		c.log.Warn("agent refused a boot request", "method", method, "reply", rpcErr)
 		if method == "initialize" {
 			return errors.New("agent refused to initialize")
+		}
+		if auth := c.AuthMethods(); rpcErr.Code == CodeAuthRequired || len(auth) > 0 {
+			return &AuthError{Methods: auth, Err: rpcErr}
 		}
 		return errors.New("agent refused to open a session")
 	case errors.Is(err, errNotRunning):
@@ -496,6 +509,14 @@ func (c *Conn) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
+}
+
+// AuthMethods returns the ways of authenticating the agent offered when it
+// was initialized; see AuthMethod.
+func (c *Conn) AuthMethods() []AuthMethod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.auth)
 }
 
 // InvalidLines counts the lines the agent sent that were not JSON-RPC

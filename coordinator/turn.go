@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -141,10 +142,26 @@ func (b *box) inbound(in agent.Inbound) {
 			return // the answer of a turn that already ended
 		}
 		res := translate.TurnResult{StopReason: in.StopReason, Canceled: b.turn.canceled, Usage: parseUsage(in.Usage)}
-		if in.Err != nil && !b.turn.canceled {
-			res.Err = &sandbox.ErrorInfo{Code: sandbox.ErrProtocol, Message: "the agent answered the prompt with an error"}
+		var evs []*sandbox.Event
+		var rpcErr *agent.RPCError
+		switch {
+		case in.Err == nil:
+		case b.turn.canceled:
+			// The user's cancel decides the turn, whatever the agent says.
+			b.log().Info("agent answered a canceled prompt with an error", "turn_id", in.TurnID, "err", in.Err)
+		case errors.As(in.Err, &rpcErr):
+			// A well-formed refusal, such as the model API's answer to a
+			// bad request: the agent is fine, the turn failed, and its
+			// reason is worth telling.
+			b.log().Warn("agent answered the prompt with an error", "turn_id", in.TurnID, "reply", rpcErr)
+			msg := b.promptError(rpcErr)
+			res.Err = &sandbox.ErrorInfo{Code: sandbox.ErrAgent, Message: msg}
+			evs = b.agentError(msg)
+		default:
+			b.log().Warn("agent answered the prompt with a malformed result", "turn_id", in.TurnID, "err", in.Err)
+			res.Err = &sandbox.ErrorInfo{Code: sandbox.ErrProtocol, Message: "the agent answered the prompt without a stop reason"}
 		}
-		b.emit(b.endTurn(res))
+		b.emit(b.endTurn(res, evs...))
 	case agent.Exited:
 		b.agentGone(in.Err, in.Protocol)
 	}

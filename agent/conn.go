@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,12 +120,16 @@ type Conn struct {
 
 	wmu sync.Mutex // one JSON object per line: writes must not interleave
 
-	mu        sync.Mutex
-	nextID    int64
-	pending   map[int64]*call
-	prompting bool
-	session   string
-	err       error
+	mu         sync.Mutex
+	nextID     int64
+	pending    map[int64]*call
+	prompting  bool
+	promptDone chan struct{}        // closed when the running prompt is answered or withdrawn
+	cancelSent bool                 // session/cancel went out for the running prompt
+	asks       map[string]RequestID // agent requests handed to the caller and not answered yet
+	session    string
+	auth       []AuthMethod
+	err        error
 
 	inbox      chan Inbound
 	stopping   chan struct{} // closed by Close: the consumer has let go
@@ -251,6 +256,7 @@ func spawn(cfg Config, log *slog.Logger, dir, path string, files *fsRoot) (*Conn
 		stall:      stall,
 		maxLine:    maxLine,
 		pending:    make(map[int64]*call),
+		asks:       make(map[string]RequestID),
 		inbox:      make(chan Inbound, inboxSize),
 		stopping:   make(chan struct{}),
 		procExited: make(chan struct{}),
@@ -275,7 +281,8 @@ func (c *Conn) boot(ctx context.Context, dir string) error {
 		return c.bootError(ctx, "initialize", err)
 	}
 	var ir struct {
-		ProtocolVersion json.Number `json:"protocolVersion"`
+		ProtocolVersion json.Number     `json:"protocolVersion"`
+		AuthMethods     json.RawMessage `json:"authMethods"`
 	}
 	if err := json.Unmarshal(res, &ir); err != nil {
 		return errors.New("agent sent an invalid answer to initialize")
@@ -283,6 +290,13 @@ func (c *Conn) boot(ctx context.Context, dir string) error {
 	if ir.ProtocolVersion.String() != fmt.Sprint(ProtocolVersion) {
 		return fmt.Errorf("agent speaks ACP version %q; only version %d is supported", ir.ProtocolVersion, ProtocolVersion)
 	}
+	// A list of the wrong shape is no list: ACP lets the boot go on.
+	var methods []json.RawMessage
+	_ = json.Unmarshal(ir.AuthMethods, &methods)
+	auth := parseAuthMethods(methods)
+	c.mu.Lock()
+	c.auth = auth
+	c.mu.Unlock()
 	res, err = c.call(ctx, "session/new", newSessionParams{Cwd: dir, MCPServers: []struct{}{}})
 	if err != nil {
 		return c.bootError(ctx, "session/new", err)
@@ -307,9 +321,12 @@ func (c *Conn) bootError(ctx context.Context, method string, err error) error {
 	case errors.Is(err, context.Canceled):
 		return errors.New("agent start was canceled")
 	case errors.As(err, &rpcErr):
-		c.log.Warn("agent refused a boot request", "method", method, "code", rpcErr.Code, "message", rpcErr.Message)
+		c.log.Warn("agent refused a boot request", "method", method, "reply", rpcErr)
 		if method == "initialize" {
 			return errors.New("agent refused to initialize")
+		}
+		if auth := c.AuthMethods(); rpcErr.Code == CodeAuthRequired || len(auth) > 0 {
+			return &AuthError{Methods: auth, Err: rpcErr}
 		}
 		return errors.New("agent refused to open a session")
 	case errors.Is(err, errNotRunning):
@@ -368,7 +385,8 @@ func (c *Conn) register(p *call) (int64, error) {
 		if c.prompting {
 			return 0, errPrompting
 		}
-		c.prompting = true
+		c.prompting, c.cancelSent = true, false
+		c.promptDone = make(chan struct{})
 	}
 	// Ids start at 0 so that a response with id 0 is exercised from the
 	// first message on.
@@ -382,9 +400,17 @@ func (c *Conn) unregister(id int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p := c.pending[id]; p != nil && p.prompt {
-		c.prompting = false
+		c.endPromptLocked()
 	}
 	delete(c.pending, id)
+}
+
+// endPromptLocked records that no prompt runs any more; c.mu is held.
+func (c *Conn) endPromptLocked() {
+	if c.prompting {
+		c.prompting = false
+		close(c.promptDone)
+	}
 }
 
 // Inbox returns everything the agent sends that the caller must act on, in
@@ -416,13 +442,23 @@ func (c *Conn) Prompt(turnID string, text string) error {
 
 // Cancel sends the session/cancel notification. Answering the permission
 // requests still pending with a cancelled outcome is up to the caller, who
-// holds them.
+// holds them (Close does it for those left when it stops the agent).
 func (c *Conn) Cancel() error {
+	c.mu.Lock()
+	if c.prompting {
+		c.cancelSent = true
+	}
+	c.mu.Unlock()
+	return c.cancelNotice()
+}
+
+func (c *Conn) cancelNotice() error {
 	return c.write(notification{JSONRPC: "2.0", Method: "session/cancel", Params: sessionParams{SessionID: c.sessionID()}})
 }
 
 // Respond answers a request of the agent, such as a permission request, with
-// result (marshaled as JSON; nil sends null).
+// result (marshaled as JSON; nil sends null). Each request is answered once:
+// a request already answered, by Respond or by Close, is an error.
 func (c *Conn) Respond(req RequestID, result any) error {
 	if req.IsZero() {
 		return errors.New("agent request id is missing")
@@ -430,6 +466,13 @@ func (c *Conn) Respond(req RequestID, result any) error {
 	raw, err := json.Marshal(result)
 	if err != nil {
 		return fmt.Errorf("encode answer: %w", err)
+	}
+	c.mu.Lock()
+	_, ok := c.asks[string(req.raw)]
+	delete(c.asks, string(req.raw))
+	c.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("agent request %s is not waiting for an answer", req)
 	}
 	return c.write(response{JSONRPC: "2.0", ID: req.raw, Result: raw})
 }
@@ -456,37 +499,6 @@ type permissionOutcome struct {
 	OptionID string `json:"optionId,omitempty"`
 }
 
-// Close stops the agent: it closes the agent's stdin, kills its process group
-// if it has not exited within the stop grace, and waits until the connection
-// has ended. It is safe to call more than once and from several goroutines.
-func (c *Conn) Close() error {
-	c.stopOnce.Do(func() {
-		close(c.stopping)
-		c.closeStdin()
-		t := time.NewTimer(c.grace)
-		defer t.Stop()
-		select {
-		case <-c.procExited:
-		case <-t.C:
-			c.log.Info("agent did not exit after its input closed; killing it")
-			c.proc.kill()
-		}
-	})
-	<-c.done
-	return nil
-}
-
-// abort ends the connection at once, without the grace Close gives: for an
-// agent that failed to boot there is nothing to wait for.
-func (c *Conn) abort() {
-	c.stopOnce.Do(func() {
-		close(c.stopping)
-		c.closeStdin()
-		c.proc.kill()
-	})
-	<-c.done
-}
-
 // Done is closed when the process has exited, the read loop has ended and
 // Exited has been delivered (or dropped, after Close).
 func (c *Conn) Done() <-chan struct{} { return c.done }
@@ -497,6 +509,14 @@ func (c *Conn) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
+}
+
+// AuthMethods returns the ways of authenticating the agent offered when it
+// was initialized; see AuthMethod.
+func (c *Conn) AuthMethods() []AuthMethod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.auth)
 }
 
 // InvalidLines counts the lines the agent sent that were not JSON-RPC

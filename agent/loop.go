@@ -178,6 +178,19 @@ func (c *Conn) handleRequest(m *message) {
 	id, method, params := m.ID, m.Method, m.Params
 	switch method {
 	case "session/request_permission":
+		// Checked and recorded in one step with Close's collection of the
+		// requests still waiting, so that every request is answered once:
+		// by the caller, by Close, or here once Close has begun.
+		c.mu.Lock()
+		stopping := isClosed(c.stopping)
+		if !stopping {
+			c.asks[string(id)] = RequestID{raw: id}
+		}
+		c.mu.Unlock()
+		if stopping {
+			c.work(func() { c.reply(id, PermissionCancelled(), nil) })
+			return
+		}
 		c.deliver(Inbound{Kind: Permission, Params: params, Request: RequestID{raw: id}})
 	case "fs/read_text_file", "fs/write_text_file":
 		c.work(func() {
@@ -227,7 +240,7 @@ func (c *Conn) handleResponse(m *message) {
 		p = c.pending[id]
 		delete(c.pending, id)
 		if p != nil && p.prompt {
-			c.prompting = false
+			c.endPromptLocked()
 		}
 		c.mu.Unlock()
 	}
@@ -258,6 +271,15 @@ func (c *Conn) handleResponse(m *message) {
 		}
 	}
 	c.deliver(in)
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // watchedReader records whether a Read is in progress.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 )
 
@@ -17,6 +18,10 @@ const (
 	codeInvalidParams  = -32602
 	codeInternal       = -32603
 	codeNotFound       = -32002 // ACP: a resource, such as a file, was not found
+
+	// CodeAuthRequired is ACP's error for a request the agent will not
+	// serve before it has credentials.
+	CodeAuthRequired = -32000
 )
 
 // message is any JSON-RPC 2.0 message. Which kind it is follows from which
@@ -37,14 +42,37 @@ func (m *message) hasID() bool {
 }
 
 // RPCError is a JSON-RPC error object, as the agent sent it or as this
-// package answers it.
+// package answers it. Data is raw and unbounded: agents put the useful part
+// of an error there as often as in Message (Rust adapters send "Internal
+// error" with the cause as a string in data).
 type RPCError struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
 }
 
 func (e *RPCError) Error() string {
 	return fmt.Sprintf("agent answered with error %d: %s", e.Code, e.Message)
+}
+
+// maxLogText bounds each text of an agent's error in one log record: far
+// more than any real error needs, far less than a line may carry.
+const maxLogText = 16 << 10
+
+// LogValue logs the error whole (code, message, data), each text bounded.
+func (e *RPCError) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Int("code", e.Code),
+		slog.String("message", logText([]byte(e.Message))),
+		slog.String("data", logText(e.Data)),
+	)
+}
+
+func logText(b []byte) string {
+	if len(b) > maxLogText {
+		return string(b[:maxLogText]) + "… (cut)"
+	}
+	return string(b)
 }
 
 // RequestID is the id of a request the agent sent. It keeps the agent's bytes

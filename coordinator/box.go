@@ -385,7 +385,9 @@ func (b *box) booted(res bootResult) {
 		if b.deleted {
 			return
 		}
-		msg := "the agent could not start: " + res.err.Error()
+		// An agent's refusal names what it offered (see agent.AuthError):
+		// the agent's words, so sanitized for status_detail as well.
+		msg := b.sanitize("the agent could not start: "+res.err.Error(), maxStatusDetail)
 		b.log().Warn("agent boot failed", "err", res.err)
 		b.setStatus(sandbox.StatusFailed, msg, b.tr.Error(sandbox.ErrAgentStartFailed, msg)...)
 		b.failQueued(sandbox.ErrAgentStartFailed, msg)

@@ -405,4 +405,54 @@ func TestFaults(t *testing.T) {
 		}
 		healthy()
 	})
+	t.Run("NeedsCredentials", func(t *testing.T) {
+		t.Parallel()
+		r := newFaultRig(t, bin, []string{"auth-required"}, nil)
+		healthy := r.startHealthy("hello")
+		evs := r.faultyTurn("hello", nil)
+		wantFailed(t, evs, sandbox.ErrAgentStartFailed, sandbox.ErrAgentStartFailed)
+		sb := r.waitStatus(r.faulty.ID, sandbox.StatusFailed)
+		const want = "the agent needs credentials (it offers: oauth-personal, gemini-api-key)"
+		if !strings.Contains(sb.StatusDetail, want) || !strings.Contains(sandboxError(evs).Message, want) {
+			t.Fatalf("status_detail %q and sandbox.error %q, want both to say %q", sb.StatusDetail, sandboxError(evs).Message, want)
+		}
+		healthy()
+	})
+	t.Run("PromptRefused", func(t *testing.T) {
+		t.Parallel()
+		r := newFaultRig(t, bin, []string{"prompt-error"}, nil)
+		healthy := r.startHealthy("hello")
+		evs := r.faultyTurn("hello", nil)
+		wantFailed(t, evs, sandbox.ErrAgent, sandbox.ErrAgent)
+		if got := sandboxError(evs).Message; !strings.Contains(got, "API Error: 400") || !strings.Contains(got, "prompt is too long") {
+			t.Fatalf("sandbox.error message %q, want the agent's reason", got)
+		}
+		// Refusing a prompt is no crash: the same agent takes the next one.
+		r.waitStatus(r.faulty.ID, sandbox.StatusReady)
+		healthy()
+	})
+	t.Run("StopOnDelete", func(t *testing.T) {
+		t.Parallel()
+		r := newFaultRig(t, bin, []string{"stop-log"}, nil)
+		turn, err := r.co.StartTurn(context.Background(), r.faulty.ID, "hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.waitFor(r.faulty.ID, 0, isType(sandbox.TypeApprovalRequested))
+		if _, err := r.co.DeleteSandbox(context.Background(), r.faulty.ID); err != nil {
+			t.Fatal(err)
+		}
+		// Delete returns once the agent is gone, and it wrote each line
+		// before it read on.
+		raw, err := os.ReadFile(filepath.Join(r.dir, "sandboxes", r.faulty.ID, "work", "stop-log.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := string(raw), "session/cancel\nanswer cancelled\neof\n"; got != want {
+			t.Fatalf("the agent saw %q, want %q", got, want)
+		}
+		if c := completed(r.waitFor(r.faulty.ID, 0, turnCompleted(turn.ID))); c.Status != sandbox.TurnCanceled {
+			t.Fatalf("turn.completed = %+v, want canceled", c)
+		}
+	})
 }

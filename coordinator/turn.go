@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -141,10 +142,26 @@ func (b *box) inbound(in agent.Inbound) {
 			return // the answer of a turn that already ended
 		}
 		res := translate.TurnResult{StopReason: in.StopReason, Canceled: b.turn.canceled, Usage: parseUsage(in.Usage)}
-		if in.Err != nil && !b.turn.canceled {
-			res.Err = &sandbox.ErrorInfo{Code: sandbox.ErrProtocol, Message: "the agent answered the prompt with an error"}
+		var evs []*sandbox.Event
+		var rpcErr *agent.RPCError
+		switch {
+		case in.Err == nil:
+		case b.turn.canceled:
+			// The user's cancel decides the turn, whatever the agent says.
+			b.log().Info("agent answered a canceled prompt with an error", "turn_id", in.TurnID, "err", in.Err)
+		case errors.As(in.Err, &rpcErr):
+			// A well-formed refusal, such as the model API's answer to a
+			// bad request: the agent is fine, the turn failed, and its
+			// reason is worth telling.
+			b.log().Warn("agent answered the prompt with an error", "turn_id", in.TurnID, "reply", rpcErr)
+			msg := b.promptError(rpcErr)
+			res.Err = &sandbox.ErrorInfo{Code: sandbox.ErrAgent, Message: msg}
+			evs = b.agentError(msg)
+		default:
+			b.log().Warn("agent answered the prompt with a malformed result", "turn_id", in.TurnID, "err", in.Err)
+			res.Err = &sandbox.ErrorInfo{Code: sandbox.ErrProtocol, Message: "the agent answered the prompt without a stop reason"}
 		}
-		b.emit(b.endTurn(res))
+		b.emit(b.endTurn(res, evs...))
 	case agent.Exited:
 		b.agentGone(in.Err, in.Protocol)
 	}
@@ -247,26 +264,23 @@ func (b *box) turnTimedOut() {
 		return
 	}
 	msg := fmt.Sprintf("the turn ran longer than %s and was stopped", b.c.cfg.TurnTimeout)
-	if b.conn != nil {
-		go b.conn.Cancel() // stopped next: see shutdown
-	}
 	b.stopAgent()
 	evs := b.tr.Error(sandbox.ErrTurnTimeout, msg)
 	evs = b.endTurn(translate.TurnResult{Err: &sandbox.ErrorInfo{Code: sandbox.ErrTurnTimeout, Message: msg}}, evs...)
 	b.setStatus(sandbox.StatusStopped, "the agent was stopped after a turn timeout; it starts again with the next turn", evs...)
 }
 
-// stopAgent stops the agent on purpose: its exit is not an error.
+// stopAgent stops the agent on purpose: its exit is not an error. Close
+// cancels the running prompt, answers the permission requests still pending
+// and gives the agent its grace before its input closes, so the approvals
+// are only forgotten here; the turn's end resolves them in the log.
 func (b *box) stopAgent() {
 	if b.conn == nil {
 		return
 	}
 	conn := b.conn
 	b.setConn(nil)
-	for id, a := range b.approvals {
-		_ = a
-		delete(b.approvals, id)
-	}
+	clear(b.approvals)
 	conn.Close()
 }
 
@@ -363,21 +377,17 @@ func (b *box) expireApprovals() {
 	b.armApprovals()
 }
 
-// cancelAndStop ends the turn, if any, as canceled and stops the agent. It
+// cancelAndStop stops the agent and ends the turn, if any, as canceled. The
+// agent is stopped first because the stop is what tells it the turn is
+// over (see agent.Conn.Close); ending the turn before would answer its
+// permission requests without the cancel that must precede them. It
 // returns the turn's closing events for the caller to emit with its own.
 func (b *box) cancelAndStop() []*sandbox.Event {
-	var evs []*sandbox.Event
-	if b.turn != nil {
-		if b.conn != nil && b.turn.running {
-			// The agent is stopped right after; the cancel is a courtesy
-			// that an agent no longer reading its input must not turn
-			// into a wait. Stopping it unblocks the write.
-			go b.conn.Cancel()
-		}
-		evs = b.endTurn(translate.TurnResult{Canceled: true})
-	}
 	b.stopAgent()
-	return evs
+	if b.turn == nil {
+		return nil
+	}
+	return b.endTurn(translate.TurnResult{Canceled: true})
 }
 
 func (b *box) remove() {

@@ -22,6 +22,13 @@ const (
 	EInternal             = "internal"
 )
 
+// ErrAgent is the sandbox.error (and turn.completed error) code of a prompt
+// the agent answered with a well-formed JSON-RPC error, such as its model
+// API refusing a request: the agent works, the turn failed. The message is
+// the agent's own text, sanitized. The other sandbox.error codes, which
+// the server tells in its own words, are with the payloads.
+const ErrAgent = "agent_error"
+
 // Error is an error of the public vocabulary: a type of SPEC §5 and a message
 // written for the person who reads it. Cursor errors also carry the log's
 // watermarks so a client can recover.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"crypto/rand"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -63,10 +64,35 @@ const (
 	PrefixApproval = "appr_"
 )
 
-// NewID returns a fresh id with the given prefix: a lower-case ULID, so ids of
-// one kind sort by creation time.
+// idSource makes every id of the process. The stores list sandboxes in key
+// order and call it creation order, so ids must sort as they were made even
+// within one millisecond: the monotonic entropy counts up inside a
+// millisecond instead of drawing afresh, and the lock makes that one order
+// across goroutines. ms is the last timestamp used, so that a clock stepping
+// back cannot give a later id a smaller time.
+var idSource = struct {
+	sync.Mutex
+	ms      uint64
+	entropy *ulid.MonotonicEntropy
+}{entropy: ulid.Monotonic(rand.Reader, 0)}
+
+// NewID returns a fresh id with the given prefix: a lower-case ULID. Ids
+// made by one process are unique and strictly increasing in the order they
+// were made, so ids of one kind sort by creation.
 func NewID(prefix string) string {
-	return prefix + strings.ToLower(ulid.MustNew(ulid.Now(), rand.Reader).String())
+	s := &idSource
+	s.Lock()
+	ms := max(ulid.Now(), s.ms)
+	id, err := ulid.New(ms, s.entropy)
+	if err != nil {
+		// The millisecond's entropy ran out (or the random source failed):
+		// the next millisecond starts afresh and still sorts after.
+		ms++
+		id = ulid.MustNew(ms, s.entropy)
+	}
+	s.ms = ms
+	s.Unlock()
+	return prefix + strings.ToLower(id.String())
 }
 
 // Marks returns the watermarks of the sandbox's log.

@@ -16,6 +16,15 @@
 //	late-permission asks permission after the turn was cancelled, and writes
 //	                the answer it got to permission-outcome.json in its cwd
 //	exit-pending    asks permission, then exits without waiting for the answer
+//	auth-required   offers ways to log in, then refuses session/new with
+//	                auth_required, as Gemini CLI does without its API key
+//	prompt-error    answers every prompt with a JSON-RPC error whose data
+//	                carries the model API's refusal, as the adapters do
+//	stop-log        asks permission, then writes what reaches it to
+//	                stop-log.txt in its cwd, one line each: notifications by
+//	                method, the answer to its question by outcome, and "eof"
+//	                when its stdin closes; it answers the prompt cancelled
+//	                once it has the cancel and the answer
 //
 // Everything that is not part of the fault is the plain happy path of ACP v1,
 // so each fault is tested alone.
@@ -205,6 +214,75 @@ var faults = map[string]func(p *peer, arg string){
 		p.flush()
 		os.Exit(1)
 	},
+	"auth-required": func(p *peer, _ string) {
+		m := p.read()
+		res := initializeResult()
+		res["authMethods"] = []map[string]any{
+			{"id": "oauth-personal", "name": "Log in with Google", "description": "Log in with your Google account"},
+			{"id": "gemini-api-key", "name": "Gemini API key", "description": "Use an API key with Gemini Developer API"},
+		}
+		p.answer(m.ID, res)
+		m = p.read()
+		p.fail(m.ID, map[string]any{"code": -32000, "message": "Gemini API key is missing or not configured."})
+		p.drain()
+	},
+	"prompt-error": func(p *peer, _ string) {
+		p.handshake()
+		for {
+			p.fail(p.prompt(), map[string]any{"code": -32603, "message": "Internal error", "data": map[string]any{
+				"details": `API Error: 400 {"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}`,
+			}})
+		}
+	},
+	"stop-log": func(p *peer, _ string) {
+		log, err := os.OpenFile("stop-log.txt", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			os.Exit(1)
+		}
+		// Each line is on disk before the next read: the agent may be
+		// killed at any moment of the stop.
+		record := func(s string) {
+			log.WriteString(s + "\n")
+			log.Sync()
+		}
+		p.handshake()
+		id := p.prompt()
+		p.update(map[string]any{"sessionUpdate": "tool_call", "toolCallId": "call_1", "title": "Write x.txt", "kind": "edit", "status": "pending"})
+		p.send(map[string]any{"jsonrpc": "2.0", "id": "perm-1", "method": "session/request_permission", "params": map[string]any{
+			"sessionId": p.session,
+			"toolCall":  map[string]any{"toolCallId": "call_1"},
+			"options":   []map[string]string{{"optionId": "yes", "name": "Allow", "kind": "allow_once"}, {"optionId": "no", "name": "Reject", "kind": "reject_once"}},
+		}})
+		canceled, answered := false, false
+		for {
+			line, err := p.in.ReadBytes('\n')
+			if err != nil {
+				record("eof")
+				os.Exit(0)
+			}
+			var m message
+			if json.Unmarshal(line, &m) != nil {
+				continue
+			}
+			if m.Method != "" {
+				record(m.Method)
+				canceled = canceled || m.Method == "session/cancel"
+			} else {
+				var r struct {
+					Outcome struct {
+						Outcome string `json:"outcome"`
+					} `json:"outcome"`
+				}
+				json.Unmarshal(m.Result, &r)
+				record("answer " + r.Outcome.Outcome)
+				answered = true
+			}
+			if canceled && answered && id != nil {
+				p.answer(id, map[string]any{"stopReason": "cancelled"})
+				id = nil
+			}
+		}
+	},
 }
 
 // forever blocks for good. A bare select{} would not: with no other
@@ -279,6 +357,10 @@ func (p *peer) send(v any) {
 
 func (p *peer) answer(id json.RawMessage, result any) {
 	p.send(map[string]any{"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+func (p *peer) fail(id json.RawMessage, rpcErr map[string]any) {
+	p.send(map[string]any{"jsonrpc": "2.0", "id": id, "error": rpcErr})
 }
 
 func (p *peer) update(u map[string]any) {

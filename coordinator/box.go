@@ -286,6 +286,7 @@ func (b *box) translator() (*translate.Translator, config, error) {
 	b.tr = translate.New(translate.Config{
 		SandboxID:     b.id,
 		Dir:           filepath.Join(b.dir(), "work"),
+		DataDir:       b.c.cfg.DataDir,
 		Secrets:       secrets,
 		FlushInterval: b.c.cfg.FlushInterval,
 		ApprovalTTL:   b.c.cfg.ApprovalTimeout,

@@ -71,7 +71,7 @@ func (t *Translator) RequestPermission(params json.RawMessage) (Pending, []*sand
 		}
 		id := "opt_" + strconv.Itoa(len(a.options)+1)
 		a.options = append(a.options, option{id: id, agentID: o.OptionID, kind: kind})
-		data.Options = append(data.Options, sandbox.Option{OptionID: id, Kind: kind, Label: truncate(t.redact(o.Name), maxLabelBytes)})
+		data.Options = append(data.Options, sandbox.Option{OptionID: id, Kind: kind, Label: t.redactBounded(o.Name, maxLabelBytes)})
 	}
 	if len(a.options) == 0 {
 		t.drop(DropNoOptions)

@@ -21,6 +21,7 @@ func BenchmarkTranslateChunks(b *testing.B) {
 	tr := New(Config{
 		SandboxID: "c_1",
 		Dir:       testDir,
+		DataDir:   testDataDir,
 		Secrets:   []string{testSecret, "another-secret-value", "ghp_notreallyatokenbutlong"},
 		Now:       c.Now,
 	})

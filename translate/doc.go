@@ -1,9 +1,10 @@
 // Package translate turns the raw ACP traffic of one agent session into the
-// curated public events of a sandbox, and redacts credentials from every
-// string it lets out.
+// curated public events of a sandbox, and redacts credentials and the
+// server's absolute paths from every string it lets out.
 //
-// A Translator is pure: it does no I/O, starts no goroutines and owns no
-// timers. The coordinator feeds it session/update params, permission
+// A Translator is pure: it does no I/O (but for making its two directories
+// absolute and resolving their symlinks, once, in New), starts no goroutines
+// and owns no timers. The coordinator feeds it session/update params, permission
 // requests and turn boundaries; the Translator answers with events, and tells
 // through NextFlush when coalesced text is due so the caller can arm its own
 // timer and call Flush.
@@ -37,13 +38,48 @@
 //     completed, since the agent declared itself done with the turn (the
 //     completion some agents report after their prompt answer is dropped as
 //     outside the turn).
+//   - Paths: in every string that leaves (message text, titles, option
+//     labels, error messages, the turn's input) an absolute path under the
+//     sandbox's working directory (Config.Dir, the agent's cwd) is rewritten
+//     relative to it: "…/work/src/a.go:12" reads "src/a.go:12", the
+//     directory itself ".", or "./" before a full stop, so that it does not
+//     read "..". Any other absolute path under the data directory
+//     (Config.DataDir: another sandbox, this sandbox's private HOME, the
+//     token, the database) is replaced whole by DataDirPlaceholder,
+//     "[data-dir]", so no host layout, sandbox id or file name of it shows.
+//     Both directories are matched as given and symlink-resolved. A path
+//     starts at the start of the text, after a slash (file:///…) or after
+//     a byte that is not part of a name, and ends at whitespace, a quote, a
+//     bracket, shell punctuation, ':' or '=' or any non-ASCII byte; a root
+//     inside a longer name ("/srv/data" of "/srv/database" or
+//     "/mnt/srv/data") is no match. Tool locations are made relative the
+//     same way, and left out when outside the working directory.
 //   - While a part is open its snapshots stop before any trailing text that
-//     could still grow into a secret or a token (a proper prefix of a
-//     secret, "sk-ab", "Bearer ", an unfinished private key block); that
-//     text shows once it is complete, or when the part closes. A closed part
-//     shows all it holds: a secret the agent splits around a tool call
-//     shows in pieces in the two parts, but message.completed's joined text
-//     is redacted again as a whole.
+//     could still grow into a secret, a token or a path to rewrite (a proper
+//     prefix of a secret, "sk-ab", "Bearer ", an unfinished private key
+//     block, "/srv/da", a path under a root not yet ended); that text shows
+//     once it is complete, or when the part closes. A closed part shows all
+//     it holds: a secret the agent splits around a tool call shows in
+//     pieces in the two parts, and the joined text of message.completed
+//     keeps the pieces a blank line apart (it is redacted again all the
+//     same, for a secret that holds a blank line).
+//   - message.completed is the final assistant message of the turn, at most
+//     one per turn: the message of the last text part that is not blank
+//     (its id is the agent's messageId mapped to ours; chunks without one
+//     stay in the message before them, so an agent that sends none has one
+//     message per turn). Parts of earlier messages remain message.updated
+//     events only. Its parts are all the parts of that message, reasoning
+//     included; its text joins the message's text parts that are not blank
+//     with one blank line ("\n\n", the newlines on either side of each join
+//     dropped). A turn with no text that is not blank (only reasoning, or
+//     nothing) has no message.completed. FinalMessage is the rule, for
+//     whoever completes a turn from its stored parts.
+//   - Usage: turn.completed.usage is the token usage of the session/prompt
+//     answer (TurnResult.Usage) or null. ACP's usage_update carries the
+//     context window (used, size) and a cumulative cost, not the tokens a
+//     turn spent (codex-acp 0.16.0 sends it, with used = the last model
+//     call's total tokens, and no usage in its prompt answer), so it is
+//     dropped, counted as "usage_update", and never passes for token counts.
 //   - A message part holds at most MaxPartBytes of text; the rest is dropped
 //     and counted as "truncated". Parts larger than 64 KiB are emitted less
 //     often (the flush interval grows with the part's size), which keeps the

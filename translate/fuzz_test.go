@@ -28,12 +28,21 @@ t2
 {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"ary-7f3a9 is it"},"messageId":"agent-secret-id-m1"}}
 {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"hmm zq-canary-7f3a9"},"messageId":"agent-secret-id-m2"}}
 e0`,
-	`{"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"cat zq-canary-7f3a9","kind":"read","status":"pending","locations":[{"path":"/srv/sandboxes/c_1/zq-canary-7f3a9","line":1},{"path":"/etc/agent-secret-id"}],"rawInput":{"x":"raw-canary"},"_meta":{"m":"meta-canary"}}}
+	`{"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"cat zq-canary-7f3a9","kind":"read","status":"pending","locations":[{"path":"/srv/data/sandboxes/c_1/work/zq-canary-7f3a9","line":1},{"path":"/etc/agent-secret-id"}],"rawInput":{"x":"raw-canary"},"_meta":{"m":"meta-canary"}}}
 {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call_update","toolCallId":"agent-secret-id-t1","status":"in_progress","content":[{"type":"terminal","terminalId":"agent-secret-id-term"}],"rawOutput":"raw-canary"}}
 p{"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t2","title":"rm -rf zq-canary-7f3a9","kind":"delete","rawInput":{"cmd":"raw-canary"}},"options":[{"optionId":"agent-secret-id-o1","name":"Allow zq-canary-7f3a9","kind":"allow_once"},{"optionId":"agent-secret-id-o2","name":"No","kind":"reject_once"}]}
 r0
 p{"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t1"},"options":[{"optionId":"agent-secret-id-o3","name":"Yes","kind":"allow_always"}]}
 e1`,
+	`{"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"I wrote /srv/data/sandb"}}}
+t2
+{"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"oxes/c_1/work/notes.txt and /srv/data/tok"}}}
+t9
+{"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"en."}}}
+{"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"cat /srv/data/sandboxes/c_2/work/x","kind":"read","locations":[{"path":"/srv/data/sandboxes/c_1/work/a.go"},{"path":"/srv/data/token"}]}}
+p{"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t1","title":"rm /srv/data/sandboxes/c_1/work"},"options":[{"optionId":"agent-secret-id-o1","name":"Allow /srv/data/sparkles.db","kind":"allow_once"}]}
+x/srv/data/sandboxes/c_1/work/a.go failed
+e2`,
 	`{"sessionId":"sess-secret-1","update":{"sessionUpdate":"plan","entries":[{"content":"zq-canary-7f3a9","priority":"high","status":"pending"}]}}
 {"sessionId":"sess-secret-1","update":{"sessionUpdate":"brand_new","messageId":"agent-secret-id-m9"}}
 {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"image","data":"zq-canary-7f3a9"}}}
@@ -77,6 +86,7 @@ func fuzzTranslate(t *testing.T, data []byte) {
 	tr := New(Config{
 		SandboxID:     "c_1",
 		Dir:           testDir,
+		DataDir:       testDataDir,
 		Secrets:       []string{canary},
 		FlushInterval: 5 * time.Millisecond,
 		Now:           c.Now,
@@ -140,6 +150,7 @@ func checkFuzzEvents(t *testing.T, evs []*sandbox.Event) {
 	requested := map[string]int{}
 	resolved := map[string]int{}
 	completed := map[string]bool{}
+	messages := map[string]int{}
 	for _, ev := range evs {
 		b, err := json.Marshal(ev)
 		if err != nil {
@@ -158,6 +169,9 @@ func checkFuzzEvents(t *testing.T, evs []*sandbox.Event) {
 		if err := json.Unmarshal(data, &v); err != nil {
 			t.Fatal(err)
 		}
+		if p, ok := absUnder(v, testDataDir); ok {
+			t.Fatalf("%s carries the absolute path %q: %s", ev.Type, p, data)
+		}
 		blank(v)
 		rest := string(mustJSON(t, v))
 		for _, f := range []string{"agent-secret-id", "sess-secret", "meta-canary", "raw-canary", "rawInput", "rawOutput", "_meta", "sessionId"} {
@@ -168,6 +182,10 @@ func checkFuzzEvents(t *testing.T, evs []*sandbox.Event) {
 		switch d := ev.Data.(type) {
 		case *sandbox.TurnCompleted:
 			completed[ev.TurnID] = true
+		case *sandbox.MessageCompleted:
+			if messages[ev.TurnID]++; messages[ev.TurnID] > 1 || strings.TrimSpace(d.Text) == "" {
+				t.Fatalf("message.completed %d of %s, text %q", messages[ev.TurnID], ev.TurnID, d.Text)
+			}
 		case *sandbox.ApprovalRequested:
 			requested[d.ApprovalID]++
 		case *sandbox.ApprovalResolved:
@@ -192,6 +210,39 @@ func checkFuzzEvents(t *testing.T, evs []*sandbox.Event) {
 			t.Fatalf("approval %s resolved but never requested", id)
 		}
 	}
+}
+
+// absUnder returns a string of decoded event data that holds an absolute
+// path under root, as the rewrite tells one from another name ("/srv/data"
+// in "/srv/database" is none).
+func absUnder(v any, root string) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		for off := 0; off < len(v); {
+			j := strings.Index(v[off:], root)
+			if j < 0 {
+				break
+			}
+			p := off + j
+			if pathStart(v, p) && !nameGoesOn(v, p+len(root)) {
+				return v, true
+			}
+			off = p + 1
+		}
+	case map[string]any:
+		for _, x := range v {
+			if s, ok := absUnder(x, root); ok {
+				return s, true
+			}
+		}
+	case []any:
+		for _, x := range v {
+			if s, ok := absUnder(x, root); ok {
+				return s, true
+			}
+		}
+	}
+	return "", false
 }
 
 // blank empties the free-text fields of decoded event data.

@@ -22,14 +22,20 @@ import (
 //	flush                    call Flush
 //	next                     call NextFlush
 //	end <stop_reason|->      EndTurn; "end cancel" for a user cancel,
-//	                         "end fail <code> <message>" for a failure
+//	                         "end fail <code> <message>" for a failure,
+//	                         "end <stop_reason> usage <in> <out> <total>"
+//	                         for a prompt answer that reported usage
 //	error <code> <message>
 //
 // Every event becomes one line "<type> <turn_id|-> <data>", and the
 // answers of perm, resolve and next lines "=> …".
 
-// testDir is the sandbox directory of every scripted translator.
-const testDir = "/srv/sandboxes/c_1"
+// testDataDir and testDir are the data directory and the sandbox working
+// directory of every scripted translator, laid out as the server lays them.
+const (
+	testDataDir = "/srv/data"
+	testDir     = testDataDir + "/sandboxes/c_1/work"
+)
 
 // testSecret is a sandbox secret that must never leave in any form.
 const testSecret = "hunter2-supersecret-value"
@@ -62,6 +68,7 @@ func newScripted(c *clock, secrets ...string) *Translator {
 	return New(Config{
 		SandboxID: "c_1",
 		Dir:       testDir,
+		DataDir:   testDataDir,
 		Secrets:   secrets,
 		Now:       c.Now,
 		NewID:     seqIDs(),
@@ -155,6 +162,17 @@ func play(t testing.TB, tr *Translator, c *clock, script string) ([]string, []*s
 				r.Err = &sandbox.ErrorInfo{Code: arg(1), Message: msg}
 			default:
 				r.StopReason = arg(0)
+				if arg(1) == "usage" {
+					var n [3]int64
+					for i := range n {
+						v, err := strconv.ParseInt(arg(2+i), 10, 64)
+						if err != nil {
+							t.Fatalf("script: %q: %v", line, err)
+						}
+						n[i] = v
+					}
+					r.Usage = &sandbox.Usage{InputTokens: n[0], OutputTokens: n[1], TotalTokens: n[2]}
+				}
 			}
 			emit(tr.EndTurn(r))
 		case "error":

@@ -64,6 +64,7 @@ func (t *Translator) chunk(now time.Time, kind string, u *rawUpdate) []*sandbox.
 		evs = t.closePart(now, evs)
 		p = &part{id: t.newID(sandbox.PrefixPart), msg: msg, index: len(msg.parts), kind: kind}
 		msg.parts = append(msg.parts, p)
+		t.parts = append(t.parts, p)
 		t.open = p
 	}
 	if !p.append(c.Text) {
@@ -96,12 +97,10 @@ func (t *Translator) messageFor(mid *string) *message {
 		}
 		t.cur = &message{id: t.newID(sandbox.PrefixMessage), agentID: id}
 		t.byAgent[id] = t.cur
-		t.messages = append(t.messages, t.cur)
 		return t.cur
 	}
 	if t.cur == nil {
 		t.cur = &message{id: t.newID(sandbox.PrefixMessage)}
-		t.messages = append(t.messages, t.cur)
 	}
 	return t.cur
 }
@@ -197,25 +196,58 @@ func (t *Translator) NextFlush() (time.Time, bool) {
 	return p.sentAt.Add(t.partInterval(p)), true
 }
 
-// completeMessages emits message.completed for every message with parts, in
-// the order they started.
+// completeMessages emits the turn's message.completed, if any: the final
+// assistant message, redacted again as a whole.
 func (t *Translator) completeMessages(now time.Time, evs []*sandbox.Event) []*sandbox.Event {
-	for _, m := range t.messages {
-		if len(m.parts) == 0 {
+	parts := make([]sandbox.MessageUpdated, 0, len(t.parts))
+	for _, p := range t.parts {
+		parts = append(parts, sandbox.MessageUpdated{MessageID: p.msg.id, PartID: p.id, Index: p.index, Kind: p.kind, Text: p.final})
+	}
+	done := FinalMessage(parts)
+	if done == nil {
+		return evs
+	}
+	// Each part is redacted, but a secret that holds a blank line would
+	// otherwise come whole again where the parts are joined.
+	done.Text, _ = t.red.String(done.Text)
+	return append(evs, t.event(now, sandbox.TypeMessageCompleted, done))
+}
+
+// FinalMessage returns the message.completed of a turn whose message parts,
+// in the order they opened, are parts (each as its last message.updated
+// showed it), or nil when no part holds text: the final assistant message is
+// the message of the last text part that is not blank. Its parts are all the
+// parts of that message; its text joins the text parts that are not blank
+// with one blank line, the newlines on either side of each join dropped.
+func FinalMessage(parts []sandbox.MessageUpdated) *sandbox.MessageCompleted {
+	last := -1
+	for i, p := range parts {
+		if p.Kind == sandbox.PartText && strings.TrimSpace(p.Text) != "" {
+			last = i
+		}
+	}
+	if last < 0 {
+		return nil
+	}
+	done := &sandbox.MessageCompleted{MessageID: parts[last].MessageID, Parts: []sandbox.Part{}}
+	var texts []string
+	for _, p := range parts {
+		if p.MessageID != done.MessageID {
 			continue
 		}
-		done := &sandbox.MessageCompleted{MessageID: m.id, Parts: make([]sandbox.Part, 0, len(m.parts))}
-		var text strings.Builder
-		for _, p := range m.parts {
-			done.Parts = append(done.Parts, sandbox.Part{PartID: p.id, Index: p.index, Kind: p.kind, Text: p.final})
-			if p.kind == sandbox.PartText {
-				text.WriteString(p.final)
-			}
+		done.Parts = append(done.Parts, sandbox.Part{PartID: p.PartID, Index: p.Index, Kind: p.Kind, Text: p.Text})
+		if p.Kind == sandbox.PartText && strings.TrimSpace(p.Text) != "" {
+			texts = append(texts, p.Text)
 		}
-		// Redacted again as a whole: a secret the agent split across a
-		// tool call would otherwise reappear where the parts are joined.
-		done.Text, _ = t.red.String(text.String())
-		evs = append(evs, t.event(now, sandbox.TypeMessageCompleted, done))
 	}
-	return evs
+	for i := range texts {
+		if i > 0 {
+			texts[i] = strings.TrimLeft(texts[i], "\r\n")
+		}
+		if i < len(texts)-1 {
+			texts[i] = strings.TrimRight(texts[i], "\r\n")
+		}
+	}
+	done.Text = strings.Join(texts, "\n\n")
+	return done
 }

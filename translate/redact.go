@@ -75,13 +75,23 @@ func isRunChar(c byte) bool { return isKeyChar(c) || strings.IndexByte("._~+/=",
 // with a word character, as RE2's ASCII \b decides it.
 func wordStart(s string, p int) bool { return p == 0 || !isWordChar(s[p-1]) }
 
-// redactor replaces sandbox secrets and token shapes in outgoing strings.
+// redactor replaces sandbox secrets and token shapes in outgoing strings,
+// and rewrites the absolute paths of the sandbox and the data directory.
 type redactor struct {
 	secrets []string // longest first, so the longest of overlapping secrets is held back
+	paths   pathRoots
 }
 
-func newRedactor(secrets []string) *redactor {
-	r := &redactor{}
+// region is a byte range of a text and what replaces it: Redacted for a
+// secret or a token, a path's rewrite otherwise.
+type region struct {
+	a, b   int
+	repl   string
+	redact bool
+}
+
+func newRedactor(secrets []string, paths pathRoots) *redactor {
+	r := &redactor{paths: paths}
 	seen := map[string]bool{}
 	for _, s := range secrets {
 		// Secrets arrive through JSON and agent text is decoded from JSON,
@@ -102,13 +112,14 @@ func newRedactor(secrets []string) *redactor {
 func (r *redactor) String(s string) (string, int) { return r.scrub(s, len(s)) }
 
 // scrub returns the redaction of s cut at cut, and the number of regions
-// replaced. A cut inside a region moves back to the region's start, so no
-// piece of a secret is ever shown as the prefix of a snapshot.
+// redacted (path rewrites are not counted). A cut inside a region moves back
+// to the region's start, so no piece of a secret or of a path is ever shown
+// as the prefix of a snapshot.
 func (r *redactor) scrub(s string, cut int) (string, int) {
 	regions := r.regions(s)
 	for _, g := range regions {
-		if g[0] < cut && cut < g[1] {
-			cut = g[0]
+		if g.a < cut && cut < g.b {
+			cut = g.a
 			break
 		}
 	}
@@ -119,21 +130,47 @@ func (r *redactor) scrub(s string, cut int) (string, int) {
 	b.Grow(cut)
 	prev, n := 0, 0
 	for _, g := range regions {
-		if g[0] >= cut {
+		if g.a >= cut {
 			break
 		}
-		b.WriteString(s[prev:g[0]])
-		b.WriteString(Redacted)
-		prev = g[1]
-		n++
+		b.WriteString(s[prev:g.a])
+		b.WriteString(g.repl)
+		prev = g.b
+		if g.redact {
+			n++
+		}
 	}
 	b.WriteString(s[prev:cut])
 	return b.String(), n
 }
 
 // regions returns the byte ranges of s to replace, sorted and merged: every
-// occurrence of every secret, every token shape, every bearer token.
-func (r *redactor) regions(s string) [][2]int {
+// occurrence of every secret, every token shape, every bearer token, and the
+// paths under the roots. A path that overlaps a secret is redacted whole.
+func (r *redactor) regions(s string) []region {
+	rs := r.secretRegions(s)
+	n := len(rs)
+	rs = r.paths.regions(s, rs)
+	if len(rs) == n || n == 0 {
+		return rs
+	}
+	slices.SortStableFunc(rs, func(x, y region) int { return cmp.Compare(x.a, y.a) })
+	out := rs[:1]
+	for _, g := range rs[1:] {
+		if last := &out[len(out)-1]; g.a < last.b {
+			last.b = max(last.b, g.b)
+			if g.redact && !last.redact {
+				last.redact, last.repl = true, Redacted
+			}
+		} else {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// secretRegions returns the regions of s to redact, sorted and merged.
+func (r *redactor) secretRegions(s string) []region {
 	var rs [][2]int
 	for _, sec := range r.secrets {
 		for i := 0; i < len(s); {
@@ -163,16 +200,16 @@ func (r *redactor) regions(s string) [][2]int {
 			}
 		}
 	}
-	if len(rs) < 2 {
-		return rs
+	if len(rs) == 0 {
+		return nil
 	}
 	slices.SortFunc(rs, func(a, b [2]int) int { return cmp.Compare(a[0], b[0]) })
-	out := rs[:1]
+	out := []region{{a: rs[0][0], b: rs[0][1], repl: Redacted, redact: true}}
 	for _, g := range rs[1:] {
-		if last := &out[len(out)-1]; g[0] <= last[1] {
-			last[1] = max(last[1], g[1])
+		if last := &out[len(out)-1]; g[0] <= last.b {
+			last.b = max(last.b, g[1])
 		} else {
-			out = append(out, g)
+			out = append(out, region{a: g[0], b: g[1], repl: Redacted, redact: true})
 		}
 	}
 	return out
@@ -185,8 +222,8 @@ func looksLikeToken(tok string) bool {
 }
 
 // hold returns where the end of an open part's text could still be the start
-// of a secret or a token: the snapshot of an open part stops there, and the
-// rest waits for more text or for the part to close.
+// of a secret, a token or a path to rewrite: the snapshot of an open part
+// stops there, and the rest waits for more text or for the part to close.
 func (r *redactor) hold(s string) int {
 	cut := len(s)
 	for _, sec := range r.secrets {
@@ -255,6 +292,7 @@ func (r *redactor) hold(s string) int {
 			break
 		}
 	}
+	cut = min(cut, r.paths.hold(s))
 	for cut > 0 && cut < len(s) && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

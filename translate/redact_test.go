@@ -13,7 +13,7 @@ import (
 const pemKey = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\nAAAAAAABAAAAMwAAAAtzc2gtZW\n-----END OPENSSH PRIVATE KEY-----"
 
 func TestRedact(t *testing.T) {
-	r := newRedactor([]string{testSecret, "abc", "", "p@ss w0rd", "p@ss"})
+	r := newRedactor([]string{testSecret, "abc", "", "p@ss w0rd", "p@ss"}, pathRoots{})
 	for _, tt := range []struct {
 		name, in, want string
 		n              int
@@ -59,7 +59,7 @@ func TestRedact(t *testing.T) {
 }
 
 func TestHold(t *testing.T) {
-	r := newRedactor([]string{testSecret})
+	r := newRedactor([]string{testSecret}, pathRoots{})
 	for _, tt := range []struct{ in, want string }{
 		{"plain text", "plain text"},
 		{"ends with hunt", "ends with "},

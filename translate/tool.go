@@ -47,7 +47,7 @@ func (t *Translator) upsertTool(now time.Time, f toolFields, evs []*sandbox.Even
 	}
 	next := tl.state
 	if f.title != nil {
-		next.Title = truncate(t.redact(*f.title), maxTitleBytes)
+		next.Title = t.redactBounded(*f.title, maxTitleBytes)
 	}
 	if f.kind != nil {
 		next.Kind = toolKind(*f.kind)
@@ -158,21 +158,31 @@ func (t *Translator) locations(raw []rawLocation) []sandbox.Location {
 	return out
 }
 
-// relPath makes p relative to the sandbox directory. ACP paths are
-// absolute; a relative one is taken as relative to the directory. Paths are
-// judged lexically: this package does no I/O, and symlinks are the file
-// system layer's concern.
+// relPath makes p relative to the sandbox directory, as given or
+// symlink-resolved (agents often report realpaths). ACP paths are absolute;
+// a relative one is taken as relative to the directory. Paths are judged
+// lexically: the package resolves only its own directories, once, and
+// symlinks inside the sandbox are the file system layer's concern.
 func (t *Translator) relPath(p string) (string, bool) {
-	if t.dir == "" || p == "" || len(p) > maxPathBytes || strings.IndexByte(p, 0) >= 0 {
+	if len(t.dirs) == 0 || p == "" || len(p) > maxPathBytes || strings.IndexByte(p, 0) >= 0 {
 		return "", false
 	}
-	rel := filepath.Clean(p)
-	if filepath.IsAbs(p) {
-		var err error
-		if rel, err = filepath.Rel(t.dir, rel); err != nil {
-			return "", false
+	clean := filepath.Clean(p)
+	if !filepath.IsAbs(p) {
+		return inside(clean)
+	}
+	for _, dir := range t.dirs {
+		if rel, err := filepath.Rel(dir, clean); err == nil {
+			if rel, ok := inside(rel); ok {
+				return rel, true
+			}
 		}
 	}
+	return "", false
+}
+
+// inside returns a clean relative path that does not leave its directory.
+func inside(rel string) (string, bool) {
 	if rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
 		return "", false
 	}

@@ -3,7 +3,6 @@ package translate
 import (
 	"encoding/json"
 	"maps"
-	"path/filepath"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -33,9 +32,14 @@ const maxDropKeys = 64
 // Config configures the Translator of one sandbox.
 type Config struct {
 	SandboxID string
-	// Dir is the sandbox working directory (absolute). Tool locations are
-	// made relative to it; locations outside it are left out.
+	// Dir is the sandbox working directory (absolute), the agent's cwd. Tool
+	// locations are made relative to it and locations outside it are left
+	// out; in every outgoing string a path under it is rewritten relative to
+	// it.
 	Dir string
+	// DataDir is the server's data directory (absolute). In every outgoing
+	// string a path under it but not under Dir becomes DataDirPlaceholder.
+	DataDir string
 	// Secrets are values redacted as [REDACTED] in every outgoing string;
 	// values shorter than MinSecretLen are ignored.
 	Secrets []string
@@ -74,7 +78,9 @@ type TurnResult struct {
 	Canceled bool
 	// Err is set when the turn failed (agent exited, timeout, protocol
 	// error, restart): status failed, stop_reason error.
-	Err   *sandbox.ErrorInfo
+	Err *sandbox.ErrorInfo
+	// Usage is the token usage the prompt answer reported, nil when it
+	// reported none; turn.completed shows it as is.
 	Usage *sandbox.Usage
 }
 
@@ -92,7 +98,7 @@ type Stats struct {
 // calls it from the one goroutine that owns the sandbox.
 type Translator struct {
 	sandboxID string
-	dir       string
+	dirs      []string // Dir as given and symlink-resolved
 	interval  time.Duration
 	ttl       time.Duration
 	now       func() time.Time
@@ -104,12 +110,12 @@ type Translator struct {
 	started time.Time
 
 	// Per turn.
-	messages []*message
-	byAgent  map[string]*message // agent messageId -> message
-	cur      *message
-	open     *part
-	tools    map[string]*tool // agent toolCallId -> tool
-	pending  []*approval
+	parts   []*part             // in the order they opened
+	byAgent map[string]*message // agent messageId -> message
+	cur     *message
+	open    *part
+	tools   map[string]*tool // agent toolCallId -> tool
+	pending []*approval
 
 	// Ids of approvals already resolved, so a second resolution is a
 	// conflict rather than not found.
@@ -124,13 +130,12 @@ func New(cfg Config) *Translator {
 		ttl:       cfg.ApprovalTTL,
 		now:       cfg.Now,
 		newID:     cfg.NewID,
-		red:       newRedactor(cfg.Secrets),
 		resolved:  map[string]bool{},
 		stats:     Stats{Dropped: map[string]int{}},
 	}
-	if cfg.Dir != "" {
-		t.dir = filepath.Clean(cfg.Dir)
-	}
+	roots := newPathRoots(cfg.Dir, cfg.DataDir)
+	t.dirs = roots.work()
+	t.red = newRedactor(cfg.Secrets, roots)
 	if t.interval <= 0 {
 		t.interval = DefaultFlushInterval
 	}
@@ -149,7 +154,7 @@ func New(cfg Config) *Translator {
 
 func (t *Translator) resetTurn() {
 	t.turnID = ""
-	t.messages, t.byAgent, t.cur, t.open = nil, map[string]*message{}, nil, nil
+	t.parts, t.byAgent, t.cur, t.open = nil, map[string]*message{}, nil, nil
 	t.tools = map[string]*tool{}
 	t.pending = nil
 }
@@ -210,8 +215,8 @@ func (t *Translator) Update(params json.RawMessage) []*sandbox.Event {
 	}
 }
 
-// EndTurn completes the turn: it closes the open part, emits
-// message.completed for every message with parts, resolves the approvals
+// EndTurn completes the turn: it closes the open part, emits the
+// message.completed of the final assistant message, resolves the approvals
 // still pending, settles unfinished tools, and emits the turn's one
 // turn.completed. Pending approvals are resolved here only in the log: the
 // caller answers the agent "cancelled" for each of Pending() beforehand.
@@ -230,7 +235,7 @@ func (t *Translator) EndTurn(r TurnResult) []*sandbox.Event {
 		done.Status, done.StopReason = sandbox.TurnCanceled, sandbox.StopCanceled
 	case r.Err != nil:
 		done.Status, done.StopReason = sandbox.TurnFailed, sandbox.StopError
-		done.Error = &sandbox.ErrorInfo{Code: r.Err.Code, Message: truncate(t.redact(r.Err.Message), maxMessageBytes)}
+		done.Error = &sandbox.ErrorInfo{Code: r.Err.Code, Message: t.redactBounded(r.Err.Message, maxMessageBytes)}
 		if done.Error.Code == "" {
 			done.Error.Code = sandbox.ErrInternal
 		}
@@ -272,7 +277,7 @@ func (t *Translator) Error(code, message string) []*sandbox.Event {
 	default:
 		code = sandbox.ErrInternal
 	}
-	msg := truncate(t.redact(message), maxMessageBytes)
+	msg := t.redactBounded(message, maxMessageBytes)
 	return []*sandbox.Event{t.event(t.now(), sandbox.TypeSandboxError, &sandbox.SandboxError{Code: code, Message: msg})}
 }
 
@@ -310,6 +315,19 @@ func (t *Translator) RedactInput(input []sandbox.Input) []sandbox.Input {
 func (t *Translator) redact(s string) string {
 	out, n := t.red.String(s)
 	t.stats.Redactions += n
+	return out
+}
+
+// redactBounded redacts a whole string that leaves and bounds it to about n
+// bytes. A cut can turn a longer name into a root ("/srv/database" into
+// "/srv/data…"), so a cut string is rewritten again; that can add a few
+// bytes, which the bound, there against bloat, allows.
+func (t *Translator) redactBounded(s string, n int) string {
+	out := t.redact(s)
+	if len(out) <= n {
+		return out
+	}
+	out, _ = t.red.String(truncate(out, n))
 	return out
 }
 

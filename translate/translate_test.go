@@ -105,15 +105,14 @@ message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind"
 message.updated turn_1 {"message_id":"msg_2","part_id":"part_2","index":0,"kind":"text","text":"Second"}
 message.updated turn_1 {"message_id":"msg_2","part_id":"part_2","index":0,"kind":"text","text":"Second!"}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_3","index":1,"kind":"text","text":"back"}
-message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Intro more"},{"part_id":"part_3","index":1,"kind":"text","text":"back"}],"text":"Intro moreback"}
-message.completed turn_1 {"message_id":"msg_2","parts":[{"part_id":"part_2","index":0,"kind":"text","text":"Second!"}],"text":"Second!"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Intro more"},{"part_id":"part_3","index":1,"kind":"text","text":"back"}],"text":"Intro more\n\nback"}
 turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":60,"usage":null}
 `,
 	},
 	{
 		name: "ToolsDuplicateAndLocations",
 		script: "start turn_1 fix it\n" + chunk("Looking") + `
-update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"Read a.go","kind":"read","status":"pending","locations":[{"path":"/srv/sandboxes/c_1/src/a.go","line":3},{"path":"/etc/passwd"},{"path":"/srv/sandboxes/c_1/../c_2/secret.txt"},{"path":"/srv/sandboxes/c_10/x"},{"path":"rel/b.go"},{"path":"../escape"},{"path":""}],"rawInput":{"path":"raw-canary"},"content":[{"type":"content","content":{"type":"text","text":"raw-canary"}}],"_meta":{"a":"meta-canary"}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"Read a.go","kind":"read","status":"pending","locations":[{"path":"/srv/data/sandboxes/c_1/work/src/a.go","line":3},{"path":"/etc/passwd"},{"path":"/srv/data/sandboxes/c_1/work/../../c_2/work/secret.txt"},{"path":"/srv/data/sandboxes/c_1/work2/x"},{"path":"rel/b.go"},{"path":"../escape"},{"path":""}],"rawInput":{"path":"raw-canary"},"content":[{"type":"content","content":{"type":"text","text":"raw-canary"}}],"_meta":{"a":"meta-canary"}}}
 update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"Read a.go","kind":"read","status":"in_progress"}}
 update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"Read a.go","kind":"read","status":"in_progress"}}
 ` + chunk(" done") + `
@@ -132,7 +131,7 @@ message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind"
 tool.updated turn_1 {"tool_call_id":"tool_1","title":"Read a.go","kind":"read","status":"completed","locations":[{"path":"src/a.go","line":3},{"path":"rel/b.go","line":null}]}
 tool.updated turn_1 {"tool_call_id":"tool_2","title":"Switch","kind":"other","status":"running","locations":[]}
 tool.updated turn_1 {"tool_call_id":"tool_3","title":"","kind":"fetch","status":"failed","locations":[]}
-message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Looking"},{"part_id":"part_2","index":1,"kind":"text","text":" done"}],"text":"Looking done"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Looking"},{"part_id":"part_2","index":1,"kind":"text","text":" done"}],"text":"Looking\n\n done"}
 tool.updated turn_1 {"tool_call_id":"tool_2","title":"Switch","kind":"other","status":"completed","locations":[]}
 turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
 `,
@@ -188,7 +187,7 @@ end end_turn
 turn.started turn_1 {"input":[{"type":"text","text":"plan it"}]}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Plan:"}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"go"}
-message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Plan:"},{"part_id":"part_2","index":1,"kind":"text","text":"go"}],"text":"Plan:go"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Plan:"},{"part_id":"part_2","index":1,"kind":"text","text":"go"}],"text":"Plan:\n\ngo"}
 turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
 `,
 	},
@@ -239,7 +238,7 @@ approval.requested turn_1 {"approval_id":"appr_1","tool_call_id":"tool_3","title
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"still"}
 => next +40ms
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"still going"}
-message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Working"},{"part_id":"part_2","index":1,"kind":"text","text":"still going"}],"text":"Workingstill going"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Working"},{"part_id":"part_2","index":1,"kind":"text","text":"still going"}],"text":"Working\n\nstill going"}
 approval.resolved turn_1 {"approval_id":"appr_1","decision":"canceled","option_id":"","reason":"turn_canceled"}
 tool.updated turn_1 {"tool_call_id":"tool_1","title":"Edit main.go","kind":"edit","status":"canceled","locations":[]}
 tool.updated turn_1 {"tool_call_id":"tool_3","title":"Delete build","kind":"delete","status":"canceled","locations":[]}
@@ -297,8 +296,8 @@ turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":nul
 	},
 	{
 		// A part that closes is complete: what it holds shows, even the
-		// start of a secret. The joined message text is redacted again, so
-		// a secret split around a tool call does not show there whole.
+		// start of a secret. The joined message text keeps the pieces a
+		// blank line apart, so the secret does not show there whole either.
 		name: "SecretSplitAcrossParts",
 		script: "start turn_1 tell me\n" + chunk("key hunter2-super") + `
 update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"think","kind":"think","status":"completed"}}
@@ -311,14 +310,14 @@ message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind"
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"key hunter2-super"}
 tool.updated turn_1 {"tool_call_id":"tool_1","title":"think","kind":"think","status":"completed","locations":[]}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"secret-value"}
-message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"key hunter2-super"},{"part_id":"part_2","index":1,"kind":"text","text":"secret-value"}],"text":"key [REDACTED]"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"key hunter2-super"},{"part_id":"part_2","index":1,"kind":"text","text":"secret-value"}],"text":"key hunter2-super\n\nsecret-value"}
 turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
 `,
 	},
 	{
 		name: "TokenShapesAndSecretsInEveryString",
 		script: "start turn_1 my key is hunter2-supersecret-value\n" + chunk("export KEY=sk-proj-abcd") + "\ntick 60ms\n" + chunk("efghijklmnopqrstuvwx and more") + `
-update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"curl -H 'Authorization: Bearer abc123def456ghi789' -u hunter2-supersecret-value","kind":"fetch","status":"pending","locations":[{"path":"/srv/sandboxes/c_1/hunter2-supersecret-value.txt"},{"path":"/srv/sandboxes/c_1/ghp_abcdefghijklmnopqrstuvwxyz0123456789/x"}]}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"curl -H 'Authorization: Bearer abc123def456ghi789' -u hunter2-supersecret-value","kind":"fetch","status":"pending","locations":[{"path":"/srv/data/sandboxes/c_1/work/hunter2-supersecret-value.txt"},{"path":"/srv/data/sandboxes/c_1/work/ghp_abcdefghijklmnopqrstuvwxyz0123456789/x"}]}}
 perm {"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t1"},"options":[{"optionId":"agent-secret-id-allow","name":"Allow with AKIAABCDEFGHIJKLMNOP","kind":"allow_once"}]}
 resolve appr_1 canceled - timeout
 end end_turn
@@ -353,6 +352,156 @@ turn.completed turn_2 {"status":"succeeded","stop_reason":"end_turn","error":nul
 `,
 	},
 	{
+		// Recorded from codex-acp 0.16.0 (its session ids renamed): no
+		// messageId, the shell command as the title with the sandbox's
+		// absolute path, the same path in an option label and in the text,
+		// usage only as usage_update (context window numbers) and a prompt
+		// answer without usage.
+		name: "CodexExecWithAbsolutePaths",
+		script: `
+start turn_1 write notes.txt
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"\n\n"}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"Thinking about "}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"the task."}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"I will "}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"create /srv/data/sandboxes/c_1/work/notes.txt "}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"now."}}}
+perm {"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-call_1","kind":"execute","status":"pending","title":"echo hello > /srv/data/sandboxes/c_1/work/notes.txt","content":[{"type":"content","content":{"type":"text","text":"raw-canary"}}],"rawInput":{"call_id":"agent-secret-id-call_1","command":["/bin/bash","-lc","raw-canary"],"cwd":"/srv/data/sandboxes/c_1/work"}},"options":[{"optionId":"agent-secret-id-approved","name":"Yes, proceed","kind":"allow_once"},{"optionId":"agent-secret-id-amend","name":"Yes, and don't ask again for commands that start with ` + "`/bin/bash -lc echo hello > /srv/data/sandboxes/c_1/work/notes.txt`" + `","kind":"allow_always"},{"optionId":"agent-secret-id-abort","name":"No, and tell Codex what to do differently","kind":"reject_once"}]}
+resolve appr_1 approved - -
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"available_commands_update","availableCommands":[{"name":"review","description":"raw-canary","input":{"hint":"raw-canary"}}]}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-call_1","title":"echo hello > /srv/data/sandboxes/c_1/work/notes.txt","kind":"execute","status":"in_progress","rawInput":{"command":["/bin/bash","-lc","raw-canary"],"cwd":"/srv/data/sandboxes/c_1/work","source":"unified_exec_startup"}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call_update","toolCallId":"agent-secret-id-call_1","status":"completed","rawOutput":{"stdout":"raw-canary"}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"usage_update","used":1230,"size":258400}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"\n\n"}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"Thinking about "}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"the task."}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Done: I "}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"wrote /srv/data/sandboxes/c_1/work/notes.txt "}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"for you."}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"usage_update","used":1231,"size":258400}}
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"write notes.txt"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"reasoning","text":"\n\n"}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"reasoning","text":"\n\nThinking about the task."}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"I will "}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"I will create notes.txt now."}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"echo hello \u003e notes.txt","kind":"execute","status":"pending","locations":[]}
+approval.requested turn_1 {"approval_id":"appr_1","tool_call_id":"tool_1","title":"echo hello \u003e notes.txt","kind":"execute","options":[{"option_id":"opt_1","kind":"allow_once","label":"Yes, proceed"},{"option_id":"opt_2","kind":"allow_always","label":"Yes, and don't ask again for commands that start with ` + "`" + `/bin/bash -lc echo hello \u003e notes.txt` + "`" + `"},{"option_id":"opt_3","kind":"reject_once","label":"No, and tell Codex what to do differently"}],"expires_at":"2026-08-06T12:10:00.000Z"}
+=> pending appr_1 opt_1=agent-secret-id-approved,opt_2=agent-secret-id-amend,opt_3=agent-secret-id-abort expires +10m0s
+approval.resolved turn_1 {"approval_id":"appr_1","decision":"approved","option_id":"opt_1","reason":"user"}
+=> selected agent-secret-id-approved
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"echo hello \u003e notes.txt","kind":"execute","status":"running","locations":[]}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"echo hello \u003e notes.txt","kind":"execute","status":"completed","locations":[]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_3","index":2,"kind":"reasoning","text":"\n\n"}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_3","index":2,"kind":"reasoning","text":"\n\nThinking about the task."}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_4","index":3,"kind":"text","text":"Done: I "}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_4","index":3,"kind":"text","text":"Done: I wrote notes.txt for you."}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"reasoning","text":"\n\nThinking about the task."},{"part_id":"part_2","index":1,"kind":"text","text":"I will create notes.txt now."},{"part_id":"part_3","index":2,"kind":"reasoning","text":"\n\nThinking about the task."},{"part_id":"part_4","index":3,"kind":"text","text":"Done: I wrote notes.txt for you."}],"text":"I will create notes.txt now.\n\nDone: I wrote notes.txt for you."}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+`,
+	},
+	{
+		// As older Claude Code adapters send it: the tool title and its
+		// location with the sandbox's absolute path, allow_always listed
+		// first, usage_update with a cost, and per-turn token counts in the
+		// prompt answer (claude-agent-acp 0.23.1 writes titles relative
+		// itself but keeps locations and shell commands absolute).
+		name: "ClaudeWriteWithAbsolutePaths",
+		script: "start turn_1 write notes.txt\n" + chunk("I'll write notes.txt for you now.") + `
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-toolu_1","title":"Write /srv/data/sandboxes/c_1/work/notes.txt","kind":"edit","status":"pending","locations":[{"path":"/srv/data/sandboxes/c_1/work/notes.txt"}],"rawInput":{"file_path":"/srv/data/sandboxes/c_1/work/notes.txt","content":"raw-canary"},"content":[{"type":"diff","path":"/srv/data/sandboxes/c_1/work/notes.txt","oldText":null,"newText":"raw-canary"}]}}
+perm {"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-toolu_1","rawInput":{"file_path":"raw-canary"},"title":"Write /srv/data/sandboxes/c_1/work/notes.txt","kind":"edit","content":[],"locations":[{"path":"/srv/data/sandboxes/c_1/work/notes.txt"}]},"options":[{"kind":"allow_always","name":"Always Allow","optionId":"agent-secret-id-allow_always"},{"kind":"allow_once","name":"Allow","optionId":"agent-secret-id-allow"},{"kind":"reject_once","name":"Reject","optionId":"agent-secret-id-reject"}]}
+resolve appr_1 approved - -
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call_update","toolCallId":"agent-secret-id-toolu_1","status":"completed","rawOutput":"raw-canary"}}
+` + chunk("Done: I wrote /srv/data/sandboxes/c_1/work/notes.txt.") + `
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"usage_update","used":1243,"size":200000,"cost":{"amount":0.0123,"currency":"USD"}}}
+end end_turn usage 3 40 1243
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"write notes.txt"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"I'll write notes.txt for you now."}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"Write notes.txt","kind":"edit","status":"pending","locations":[{"path":"notes.txt","line":null}]}
+approval.requested turn_1 {"approval_id":"appr_1","tool_call_id":"tool_1","title":"Write notes.txt","kind":"edit","options":[{"option_id":"opt_1","kind":"allow_always","label":"Always Allow"},{"option_id":"opt_2","kind":"allow_once","label":"Allow"},{"option_id":"opt_3","kind":"reject_once","label":"Reject"}],"expires_at":"2026-08-06T12:10:00.000Z"}
+=> pending appr_1 opt_1=agent-secret-id-allow_always,opt_2=agent-secret-id-allow,opt_3=agent-secret-id-reject expires +10m0s
+approval.resolved turn_1 {"approval_id":"appr_1","decision":"approved","option_id":"opt_2","reason":"user"}
+=> selected agent-secret-id-allow
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"Write notes.txt","kind":"edit","status":"completed","locations":[{"path":"notes.txt","line":null}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"Done: I wrote "}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"Done: I wrote notes.txt."}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"I'll write notes.txt for you now."},{"part_id":"part_2","index":1,"kind":"text","text":"Done: I wrote notes.txt."}],"text":"I'll write notes.txt for you now.\n\nDone: I wrote notes.txt."}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":{"input_tokens":3,"output_tokens":40,"total_tokens":1243}}
+`,
+	},
+	{
+		// An adapter that sends messageIds: a reasoning message, a message
+		// before the tool call, the answer after it, and a last message
+		// that is only a newline. Only the answer is the final message.
+		name: "MessageIDsOneCompleted",
+		script: `
+start turn_1 write notes.txt
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"Planning the file."},"messageId":"agent-secret-id-m0"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"I will create notes.txt now."},"messageId":"agent-secret-id-m1"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"Write notes.txt","kind":"edit","status":"completed"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"It worked."},"messageId":"agent-secret-id-m2"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Done: I wrote notes.txt."},"messageId":"agent-secret-id-m2"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"\n"},"messageId":"agent-secret-id-m3"}}
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"write notes.txt"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"reasoning","text":"Planning the file."}
+message.updated turn_1 {"message_id":"msg_2","part_id":"part_2","index":0,"kind":"text","text":"I will create notes.txt now."}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"Write notes.txt","kind":"edit","status":"completed","locations":[]}
+message.updated turn_1 {"message_id":"msg_3","part_id":"part_3","index":0,"kind":"reasoning","text":"It worked."}
+message.updated turn_1 {"message_id":"msg_3","part_id":"part_4","index":1,"kind":"text","text":"Done: I wrote notes.txt."}
+message.updated turn_1 {"message_id":"msg_4","part_id":"part_5","index":0,"kind":"text","text":"\n"}
+message.completed turn_1 {"message_id":"msg_3","parts":[{"part_id":"part_3","index":0,"kind":"reasoning","text":"It worked."},{"part_id":"part_4","index":1,"kind":"text","text":"Done: I wrote notes.txt."}],"text":"Done: I wrote notes.txt."}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+`,
+	},
+	{
+		name: "ReasoningOnly",
+		script: `
+start turn_1 think
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"Hmm."},"messageId":"agent-secret-id-m0"}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"  "},"messageId":"agent-secret-id-m1"}}
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"think"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"reasoning","text":"Hmm."}
+message.updated turn_1 {"message_id":"msg_2","part_id":"part_2","index":0,"kind":"text","text":"  "}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+`,
+	},
+	{
+		name: "PathSplitAcrossChunks",
+		script: "start turn_1 go\n" + chunk("wrote /srv/data/sand") + "\ntick 60ms\n" + chunk("boxes/c_1/work/notes") + "\ntick 60ms\n" + chunk(".txt for you") + `
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"go"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"wrote "}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"wrote notes.txt for you"}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"wrote notes.txt for you"}],"text":"wrote notes.txt for you"}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":120,"usage":null}
+`,
+	},
+	{
+		name: "PathsInInputAndErrors",
+		script: `
+start turn_1 fix /srv/data/sandboxes/c_1/work/a.go
+error internal cannot read /srv/data/sandboxes/c_1/work/a.go or /srv/data/token
+end fail agent_exited the agent exited in /srv/data/sandboxes/c_1/work
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"fix a.go"}]}
+sandbox.error turn_1 {"code":"internal","message":"cannot read a.go or [data-dir]"}
+turn.completed turn_1 {"status":"failed","stop_reason":"error","error":{"code":"agent_exited","message":"the agent exited in ."},"duration_ms":0,"usage":null}
+`,
+	},
+	{
 		name: "Malformed",
 		script: `
 start turn_1 hi
@@ -365,7 +514,7 @@ update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chu
 update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"},"messageId":42}}
 update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":12,"title":"x"}}
 update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","title":"no id"}}
-update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","locations":[{"path":"/srv/sandboxes/c_1/a","line":"three"}]}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","locations":[{"path":"/srv/data/sandboxes/c_1/work/a","line":"three"}]}}
 perm {"sessionId":"sess-secret-1","options":[]}
 perm {"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t1"},"options":{"a":1}}
 perm []

@@ -37,6 +37,11 @@ func TestStats(t *testing.T) {
 			chunks: 3,
 		},
 		{name: "Malformed", dropped: map[string]int{DropMalformed: 13}},
+		{
+			name:    "CodexExecWithAbsolutePaths",
+			dropped: map[string]int{"usage_update": 2, "available_commands_update": 1},
+			chunks:  12,
+		},
 		{name: "OutsideTurn", dropped: map[string]int{DropOutsideTurn: 4}, chunks: 1},
 		{
 			name: "TokenShapesAndSecretsInEveryString",
@@ -153,6 +158,29 @@ func TestEndTurn(t *testing.T) {
 		d := tr.EndTurn(TurnResult{StopReason: "end_turn", Usage: u})[0].Data.(*sandbox.TurnCompleted)
 		if d.Usage == nil || *d.Usage != *u {
 			t.Fatalf("usage = %+v, want %+v", d.Usage, u)
+		}
+	})
+	// usage_update carries the context window (used, size) and a session
+	// cost, not the tokens a turn spent: it must not pass for them.
+	t.Run("UsageUpdateIsNoTokenCount", func(t *testing.T) {
+		for _, tt := range []struct {
+			name string
+			r    TurnResult
+			want *sandbox.Usage
+		}{
+			{"WithoutAnswerUsage", TurnResult{StopReason: "end_turn"}, nil},
+			{"AnswerUsageWins", TurnResult{StopReason: "end_turn", Usage: &sandbox.Usage{InputTokens: 3, OutputTokens: 40, TotalTokens: 1243}}, &sandbox.Usage{InputTokens: 3, OutputTokens: 40, TotalTokens: 1243}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				tr := newScripted(&clock{t: epoch})
+				tr.StartTurn("turn_1", nil)
+				tr.Update(json.RawMessage(`{"update":{"sessionUpdate":"usage_update","used":53000,"size":200000,"cost":{"amount":0.045,"currency":"USD"}}}`))
+				evs := tr.EndTurn(tt.r)
+				d := evs[len(evs)-1].Data.(*sandbox.TurnCompleted)
+				if (d.Usage == nil) != (tt.want == nil) || d.Usage != nil && *d.Usage != *tt.want {
+					t.Fatalf("usage = %+v, want %+v", d.Usage, tt.want)
+				}
+			})
 		}
 	})
 	t.Run("GeneratedTurnID", func(t *testing.T) {
@@ -440,4 +468,101 @@ func checkKeys(t *testing.T, typ sandbox.Type, b []byte, allowed map[string]bool
 		}
 	}
 	walk(v)
+}
+
+func TestFinalMessage(t *testing.T) {
+	type mu = sandbox.MessageUpdated
+	text := func(msg, part, s string) mu { return mu{MessageID: msg, PartID: part, Kind: sandbox.PartText, Text: s} }
+	think := func(msg, part, s string) mu {
+		return mu{MessageID: msg, PartID: part, Kind: sandbox.PartReasoning, Text: s}
+	}
+	for _, tt := range []struct {
+		name     string
+		parts    []mu
+		wantID   string // "" for no message.completed
+		wantText string
+		wantN    int // parts
+	}{
+		{name: "None"},
+		{name: "ReasoningOnly", parts: []mu{think("m1", "p1", "hmm")}},
+		{name: "BlankOnly", parts: []mu{text("m1", "p1", " \n\t"), text("m2", "p2", "")}},
+		{name: "One", parts: []mu{text("m1", "p1", "Hello\n")}, wantID: "m1", wantText: "Hello\n", wantN: 1},
+		{
+			name:   "JoinsWithABlankLine",
+			parts:  []mu{think("m1", "p1", "plan"), text("m1", "p2", "I will create notes.txt now."), text("m1", "p3", "Done: I wrote notes.txt.")},
+			wantID: "m1", wantText: "I will create notes.txt now.\n\nDone: I wrote notes.txt.", wantN: 3,
+		},
+		{
+			name:   "OneBlankLineWhateverTheNewlines",
+			parts:  []mu{text("m1", "p1", "\nfirst\n\n"), text("m1", "p2", "\r\nsecond\n"), text("m1", "p3", "\n"), text("m1", "p4", "third")},
+			wantID: "m1", wantText: "\nfirst\n\nsecond\n\nthird", wantN: 4,
+		},
+		{
+			name:   "LastMessageWithText",
+			parts:  []mu{text("m1", "p1", "before"), think("m2", "p2", "thinking"), text("m2", "p3", "after"), text("m3", "p4", "\n"), think("m4", "p5", "more")},
+			wantID: "m2", wantText: "after", wantN: 2,
+		},
+		{
+			name:   "MessageResumed",
+			parts:  []mu{text("m1", "p1", "a"), text("m2", "p2", "b"), text("m1", "p3", "c")},
+			wantID: "m1", wantText: "a\n\nc", wantN: 2,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			done := FinalMessage(tt.parts)
+			if tt.wantID == "" {
+				if done != nil {
+					t.Fatalf("FinalMessage = %+v, want none", done)
+				}
+				return
+			}
+			if done == nil {
+				t.Fatal("FinalMessage = nil")
+			}
+			if got, want := done.MessageID, tt.wantID; got != want {
+				t.Fatalf("message_id = %q, want %q", got, want)
+			}
+			if got, want := done.Text, tt.wantText; got != want {
+				t.Fatalf("text = %q, want %q", got, want)
+			}
+			if got, want := len(done.Parts), tt.wantN; got != want {
+				t.Fatalf("len(parts) = %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestOneMessageCompletedPerTurn runs every scenario and checks SPEC's rule
+// on each turn: at most one message.completed, never with blank text, and
+// one whenever the turn showed text.
+func TestOneMessageCompletedPerTurn(t *testing.T) {
+	for _, sc := range scenarios {
+		c := &clock{t: epoch}
+		_, evs := play(t, newScripted(c, testSecret), c, sc.script)
+		completed := map[string]int{}
+		shown := map[string]bool{}
+		for _, ev := range evs {
+			switch d := ev.Data.(type) {
+			case *sandbox.MessageCompleted:
+				completed[ev.TurnID]++
+				if strings.TrimSpace(d.Text) == "" {
+					t.Fatalf("%s: message.completed with blank text: %+v", sc.name, d)
+				}
+			case *sandbox.MessageUpdated:
+				if d.Kind == sandbox.PartText && strings.TrimSpace(d.Text) != "" {
+					shown[ev.TurnID] = true
+				}
+			}
+		}
+		for turn, n := range completed {
+			if n > 1 {
+				t.Fatalf("%s: %s has %d message.completed", sc.name, turn, n)
+			}
+		}
+		for turn := range shown {
+			if completed[turn] != 1 {
+				t.Fatalf("%s: %s showed text but has no message.completed", sc.name, turn)
+			}
+		}
+	}
 }

@@ -14,6 +14,7 @@ type approval struct {
 	id      string
 	options []option
 	expires time.Time
+	tool    *tool // the tool call the request is about
 }
 
 // option is one choice of an approval: our id, the agent's, and its kind.
@@ -53,8 +54,14 @@ func (t *Translator) RequestPermission(params json.RawMessage) (Pending, []*sand
 	// The request stands between chunks like a tool call does.
 	evs := t.closePart(now, nil)
 	tl, evs := t.upsertTool(now, f, evs)
+	if tl.state.Status == sandbox.ToolRunning {
+		// Some agents (Codex) announce a tool as in progress and then ask
+		// whether it may run: until a decision it waits, and says so.
+		tl.state.Status = sandbox.ToolPending
+		evs = append(evs, t.toolEvent(now, tl))
+	}
 
-	a := &approval{id: t.newID(sandbox.PrefixApproval), expires: now.Add(t.ttl)}
+	a := &approval{id: t.newID(sandbox.PrefixApproval), expires: now.Add(t.ttl), tool: tl}
 	data := &sandbox.ApprovalRequested{
 		ApprovalID: a.id,
 		ToolCallID: tl.state.ToolCallID,
@@ -139,7 +146,15 @@ func (t *Translator) ResolveApproval(approvalID, decision, optionID, reason stri
 	default:
 		return AgentOutcome{}, nil, sandbox.Errorf(sandbox.EInvalidRequest, "unknown decision %q", decision)
 	}
-	return out, []*sandbox.Event{t.resolve(t.now(), a, decision, optionID, reason)}, nil
+	now := t.now()
+	evs := []*sandbox.Event{t.resolve(now, a, decision, optionID, reason)}
+	if decision == sandbox.DecisionApproved && a.tool.state.Status == sandbox.ToolPending {
+		// Allowed, the tool runs: agents that go straight from asking to
+		// done (Codex again) would otherwise never show it running.
+		a.tool.state.Status = sandbox.ToolRunning
+		evs = append(evs, t.toolEvent(now, a.tool))
+	}
+	return out, evs, nil
 }
 
 // pickOption finds the option a decision selects. A plain decision never

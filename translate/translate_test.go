@@ -157,9 +157,11 @@ tool.updated turn_1 {"tool_call_id":"tool_1","title":"Run make deploy","kind":"e
 approval.requested turn_1 {"approval_id":"appr_1","tool_call_id":"tool_1","title":"Run make deploy","kind":"execute","options":[{"option_id":"opt_1","kind":"allow_once","label":"Allow once"},{"option_id":"opt_2","kind":"allow_always","label":"Always allow"},{"option_id":"opt_3","kind":"reject_once","label":"Reject"}],"expires_at":"2026-08-06T12:10:00.000Z"}
 => pending appr_1 opt_1=agent-secret-id-allow,opt_2=agent-secret-id-always,opt_3=agent-secret-id-reject expires +10m0s
 approval.resolved turn_1 {"approval_id":"appr_1","decision":"approved","option_id":"opt_1","reason":"user"}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"Run make deploy","kind":"execute","status":"running","locations":[]}
 => selected agent-secret-id-allow
 => error approval_resolved
 => error not_found
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"Run make deploy","kind":"execute","status":"pending","locations":[]}
 approval.requested turn_1 {"approval_id":"appr_2","tool_call_id":"tool_1","title":"Run make deploy","kind":"execute","options":[{"option_id":"opt_1","kind":"reject_always","label":"Never"}],"expires_at":"2026-08-06T12:10:01.000Z"}
 => pending appr_2 opt_1=agent-secret-id-never expires +10m1s
 => error invalid_request
@@ -256,6 +258,7 @@ end fail agent_exited the agent exited while holding hunter2-supersecret-value
 		want: `
 turn.started turn_1 {"input":[{"type":"text","text":"build"}]}
 tool.updated turn_1 {"tool_call_id":"tool_1","title":"make","kind":"execute","status":"running","locations":[]}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"make","kind":"execute","status":"pending","locations":[]}
 approval.requested turn_1 {"approval_id":"appr_1","tool_call_id":"tool_1","title":"make","kind":"execute","options":[{"option_id":"opt_1","kind":"allow_once","label":"Allow"}],"expires_at":"2026-08-06T12:10:00.000Z"}
 => pending appr_1 opt_1=agent-secret-id-allow expires +10m0s
 approval.resolved turn_1 {"approval_id":"appr_1","decision":"failed","option_id":"","reason":"agent_exited"}
@@ -391,8 +394,8 @@ tool.updated turn_1 {"tool_call_id":"tool_1","title":"echo hello \u003e notes.tx
 approval.requested turn_1 {"approval_id":"appr_1","tool_call_id":"tool_1","title":"echo hello \u003e notes.txt","kind":"execute","options":[{"option_id":"opt_1","kind":"allow_once","label":"Yes, proceed"},{"option_id":"opt_2","kind":"allow_always","label":"Yes, and don't ask again for commands that start with ` + "`" + `/bin/bash -lc echo hello \u003e notes.txt` + "`" + `"},{"option_id":"opt_3","kind":"reject_once","label":"No, and tell Codex what to do differently"}],"expires_at":"2026-08-06T12:10:00.000Z"}
 => pending appr_1 opt_1=agent-secret-id-approved,opt_2=agent-secret-id-amend,opt_3=agent-secret-id-abort expires +10m0s
 approval.resolved turn_1 {"approval_id":"appr_1","decision":"approved","option_id":"opt_1","reason":"user"}
-=> selected agent-secret-id-approved
 tool.updated turn_1 {"tool_call_id":"tool_1","title":"echo hello \u003e notes.txt","kind":"execute","status":"running","locations":[]}
+=> selected agent-secret-id-approved
 tool.updated turn_1 {"tool_call_id":"tool_1","title":"echo hello \u003e notes.txt","kind":"execute","status":"completed","locations":[]}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_3","index":2,"kind":"reasoning","text":"\n\n"}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_3","index":2,"kind":"reasoning","text":"\n\nThinking about the task."}
@@ -425,6 +428,7 @@ tool.updated turn_1 {"tool_call_id":"tool_1","title":"Write notes.txt","kind":"e
 approval.requested turn_1 {"approval_id":"appr_1","tool_call_id":"tool_1","title":"Write notes.txt","kind":"edit","options":[{"option_id":"opt_1","kind":"allow_always","label":"Always Allow"},{"option_id":"opt_2","kind":"allow_once","label":"Allow"},{"option_id":"opt_3","kind":"reject_once","label":"Reject"}],"expires_at":"2026-08-06T12:10:00.000Z"}
 => pending appr_1 opt_1=agent-secret-id-allow_always,opt_2=agent-secret-id-allow,opt_3=agent-secret-id-reject expires +10m0s
 approval.resolved turn_1 {"approval_id":"appr_1","decision":"approved","option_id":"opt_2","reason":"user"}
+tool.updated turn_1 {"tool_call_id":"tool_1","title":"Write notes.txt","kind":"edit","status":"running","locations":[{"path":"notes.txt","line":null}]}
 => selected agent-secret-id-allow
 tool.updated turn_1 {"tool_call_id":"tool_1","title":"Write notes.txt","kind":"edit","status":"completed","locations":[{"path":"notes.txt","line":null}]}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"Done: I wrote "}

@@ -67,13 +67,22 @@ func (f *fsRoot) rel(p string) (string, *RPCError) {
 
 // read returns the text of a file, from the 1-based line on and at most limit
 // lines; a missing or non-positive line or limit means from the start and to
-// the end.
+// the end. A file that does not exist inside the sandbox reads as empty.
 func (f *fsRoot) read(path string, line, limit *int64) (string, *RPCError) {
 	rel, rpcErr := f.rel(path)
 	if rpcErr != nil {
 		return "", rpcErr
 	}
 	file, err := f.root.OpenFile(rel, os.O_RDONLY|openNoBlock, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		// As Zed answers (its buffer store opens a missing path as a new,
+		// empty buffer): agents read a file before they create it, and
+		// Gemini CLI fails its write tool on any error here. os.Root walks
+		// no further than the sandbox allows, so a way out (a "..", a
+		// symlink leaving it, even to nothing) is refused as an escape
+		// before anything can be found missing.
+		return "", nil
+	}
 	if err != nil {
 		return "", fsError("read", path, err)
 	}

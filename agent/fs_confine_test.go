@@ -26,6 +26,10 @@ func TestFSConfinement(t *testing.T) {
 		"absdir":    outside,
 		"insidedir": "notes",
 		"loop":      "loop",
+		// Dangling: what they point at does not exist, inside or out.
+		"danglein":  "notes/missing.txt",
+		"dangleout": "../outside/missing.txt",
+		"dangleabs": filepath.Join(outside, "missing.txt"),
 	} {
 		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
 			t.Fatal(err)
@@ -62,6 +66,41 @@ func TestFSConfinement(t *testing.T) {
 			if tc.code == 0 {
 				if rpcErr != nil || got != "inside\n" {
 					t.Fatalf("read %q = %q, %+v", tc.path, got, rpcErr)
+				}
+				return
+			}
+			if rpcErr == nil || rpcErr.Code != tc.code {
+				t.Fatalf("read %q = %q, %+v; want error %d", tc.path, got, rpcErr, tc.code)
+			}
+		})
+	}
+
+	// A missing file reads as empty, but only where the sandbox reaches: a
+	// way out is refused even when nothing is at its end, so an empty
+	// answer never says "this path leads somewhere you may read".
+	for _, tc := range []struct {
+		name string
+		path string
+		code int // 0: the read succeeds with ""
+	}{
+		{"Missing", "notes/missing.txt", 0},
+		{"MissingAbsolute", filepath.Join(dir, "missing.txt"), 0},
+		{"MissingParent", "nodir/missing.txt", 0},
+		{"MissingThroughInsideDirSymlink", "insidedir/missing.txt", 0},
+		{"DanglingInside", "danglein", 0},
+		{"ErrMissingThroughDirSymlink", "linkdir/missing.txt", codeInvalidParams},
+		{"ErrMissingThroughAbsoluteDirSymlink", "absdir/missing.txt", codeInvalidParams},
+		{"ErrDanglingOutside", "dangleout", codeInvalidParams},
+		{"ErrDanglingAbsolute", "dangleabs", codeInvalidParams},
+		{"ErrMissingDotDot", "../outside/missing.txt", codeInvalidParams},
+		{"ErrMissingAbsoluteOutside", filepath.Join(outside, "missing.txt"), codeInvalidParams},
+		{"ErrMissingSiblingPrefix", filepath.Join(root, "sandbox-evil/missing.txt"), codeInvalidParams},
+	} {
+		t.Run("Read"+tc.name, func(t *testing.T) {
+			got, rpcErr := files.read(tc.path, nil, nil)
+			if tc.code == 0 {
+				if rpcErr != nil || got != "" {
+					t.Fatalf("read %q = %q, %+v; want empty", tc.path, got, rpcErr)
 				}
 				return
 			}

@@ -47,7 +47,12 @@ func TestFS(t *testing.T) {
 		{"ErrDotDotRelative", read("notes/../../secret.txt"), "", codeInvalidParams},
 		{"ErrAbsoluteOutside", read(filepath.Join(root, "secret.txt")), "", codeInvalidParams},
 		{"ErrSymlinkEscape", read(filepath.Join(dir, "escape")), "", codeInvalidParams},
-		{"ErrNotFound", read("missing.txt"), "", codeNotFound},
+		// A missing file reads as empty, as in Zed: Gemini CLI reads the
+		// file it is about to create and fails its write tool on an error.
+		{"ReadMissing", read(filepath.Join(dir, "missing.txt")), "", 0},
+		{"ReadMissingDir", read("no/such/dir/missing.txt"), "", 0},
+		{"ErrMissingOutside", read(filepath.Join(root, "missing.txt")), "", codeInvalidParams},
+		{"ErrMissingDotDot", read("notes/../../missing.txt"), "", codeInvalidParams},
 		{"ErrDirectory", read(dir), "", codeInvalidParams},
 		{"ErrWrongSession", map[string]any{"method": "fs/read_text_file", "params": map[string]any{"sessionId": "other", "path": "notes/a.txt"}}, "", codeInvalidParams},
 		{"WriteNested", write(filepath.Join(dir, "new/dir/b.txt"), "bee\n"), "{}", 0},

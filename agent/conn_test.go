@@ -159,13 +159,15 @@ func TestPrompt(t *testing.T) {
 			t.Fatal(err)
 		}
 		ins := until(t, c, PromptDone)
-		if got, want := summary(t, ins)[5], "tool_call_update failed"; got != want {
+		// A missing file reads as empty, as Zed answers (agents such as
+		// Gemini CLI read a file before they create it).
+		if got, want := summary(t, ins)[5], "tool_call_update completed"; got != want {
 			t.Fatalf("read tool: %q, want %q", got, want)
 		}
 		if got, want := ins[len(ins)-1].StopReason, "end_turn"; got != want {
 			t.Fatalf("StopReason = %q, want %q", got, want)
 		}
-		if got := messageText(t, ins); !strings.Contains(got, "I could not read nothing.md.") {
+		if got := messageText(t, ins); !strings.Contains(got, "nothing.md is empty.") {
 			t.Fatalf("text = %q", got)
 		}
 	})

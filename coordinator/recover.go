@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
+	"github.com/sparkles-dev/sparkles/translate"
 )
 
 // Recover settles what a previous run of the server left open: every turn
@@ -100,7 +100,9 @@ func (c *Coordinator) recoverOnce(ctx context.Context, id string, why settleReas
 				add(sandbox.TypeToolUpdated, cur.ID, &t)
 			}
 		}
-		for _, m := range completedMessages(st.Messages) {
+		// The same rule as a turn that ends while the server runs: at
+		// most one message.completed, the last message with text.
+		if m := translate.FinalMessage(st.Messages); m != nil {
 			add(sandbox.TypeMessageCompleted, cur.ID, m)
 		}
 	}
@@ -151,28 +153,3 @@ func currentTurnID(sb sandbox.Sandbox) string {
 	return sb.CurrentTurn.ID
 }
 
-// completedMessages groups the latest part snapshots of a turn into messages,
-// in the order their first part appeared.
-func completedMessages(parts []sandbox.MessageUpdated) []*sandbox.MessageCompleted {
-	var out []*sandbox.MessageCompleted
-	byID := map[string]*sandbox.MessageCompleted{}
-	for _, p := range parts {
-		m := byID[p.MessageID]
-		if m == nil {
-			m = &sandbox.MessageCompleted{MessageID: p.MessageID}
-			byID[p.MessageID] = m
-			out = append(out, m)
-		}
-		m.Parts = append(m.Parts, sandbox.Part{PartID: p.PartID, Index: p.Index, Kind: p.Kind, Text: p.Text})
-	}
-	for _, m := range out {
-		var sb strings.Builder
-		for _, p := range m.Parts {
-			if p.Kind == sandbox.PartText {
-				sb.WriteString(p.Text)
-			}
-		}
-		m.Text = sb.String()
-	}
-	return out
-}

@@ -112,3 +112,33 @@ func TestPromptError(t *testing.T) {
 		t.Fatalf("PromptDone.Err = %#v, want the agent's error with its data", in.Err)
 	}
 }
+
+// TestPromptUsage: the usage of a prompt answer is ACP's usage, or, from
+// Gemini CLI, which reports a turn's tokens nowhere else, the two counts of
+// _meta.quota.token_count; nothing else of _meta is taken.
+func TestPromptUsage(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		result map[string]any
+		want   string
+	}{
+		{"ACP", map[string]any{"stopReason": "end_turn", "usage": map[string]any{"inputTokens": 3, "outputTokens": 4, "totalTokens": 7}}, `{"inputTokens":3,"outputTokens":4,"totalTokens":7}`},
+		{"GeminiQuota", map[string]any{"stopReason": "end_turn", "_meta": map[string]any{"quota": map[string]any{"token_count": map[string]any{"input_tokens": 120, "output_tokens": 30}, "model_usage": []any{"x"}}}}, `{"inputTokens":120,"outputTokens":30}`},
+		{"ACPWinsOverQuota", map[string]any{"stopReason": "end_turn", "usage": map[string]any{"inputTokens": 1}, "_meta": map[string]any{"quota": map[string]any{"token_count": map[string]any{"input_tokens": 120}}}}, `{"inputTokens":1}`},
+		{"None", map[string]any{"stopReason": "end_turn", "_meta": map[string]any{"other": 1}}, ``},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := MustStart(t, "", t.TempDir(), func(cfg *Config) {
+				cfg.Command = nil
+				cfg.Run = bootAgent(map[string]any{"protocolVersion": 1}, map[string]any{"result": map[string]any{"sessionId": "s1"}}, map[string]any{"result": tt.result})
+			})
+			if err := c.Prompt("turn_1", "go"); err != nil {
+				t.Fatal(err)
+			}
+			in := until(t, c, PromptDone)[0]
+			if got := string(in.Usage); got != tt.want {
+				t.Fatalf("usage %s, want %s", got, tt.want)
+			}
+		})
+	}
+}

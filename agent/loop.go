@@ -261,6 +261,15 @@ func (c *Conn) handleResponse(m *message) {
 		var pr struct {
 			StopReason string          `json:"stopReason"`
 			Usage      json.RawMessage `json:"usage"`
+			Meta       struct {
+				// Gemini CLI reports a turn's tokens here and nowhere else.
+				Quota struct {
+					TokenCount struct {
+						Input  *int64 `json:"input_tokens"`
+						Output *int64 `json:"output_tokens"`
+					} `json:"token_count"`
+				} `json:"quota"`
+			} `json:"_meta"`
 		}
 		if json.Unmarshal(m.Result, &pr) != nil || pr.StopReason == "" {
 			in.Err = errors.New("agent answered the prompt without a stop reason")
@@ -268,6 +277,9 @@ func (c *Conn) handleResponse(m *message) {
 		in.StopReason = pr.StopReason
 		if len(pr.Usage) > 0 && !bytes.Equal(pr.Usage, []byte("null")) {
 			in.Usage = pr.Usage
+		} else if tc := pr.Meta.Quota.TokenCount; tc.Input != nil || tc.Output != nil {
+			// Only the two counts are taken, in the shape of ACP's usage.
+			in.Usage, _ = json.Marshal(map[string]*int64{"inputTokens": tc.Input, "outputTokens": tc.Output})
 		}
 	}
 	c.deliver(in)

@@ -57,6 +57,10 @@ type ToolCall struct {
 	Command string // shell: the command line
 }
 
+// ToolIDPrefix starts every tool call id a fake model makes up, so that a
+// test can check that no agent's own tool id reaches a public event.
+const ToolIDPrefix = "fakecall"
+
 // Texts the script answers with, so tests can compare what the agent showed.
 const (
 	PlainText = "Hello from the fake model."

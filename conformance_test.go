@@ -124,6 +124,16 @@ func runConformance(t *testing.T, a conformanceAgent) {
 	rec := newRecorder(t, sb.ID, token)
 	rec.follow(p)
 	s := &scenarioRun{t: t, a: a, p: p, rec: rec, id: sb.ID, work: work}
+	s.restart = func(sig syscall.Signal) {
+		if sig == syscall.SIGKILL {
+			s.p.kill()
+		} else if code := s.p.signal(sig); code != 0 {
+			top.Errorf("serve exited %d after %v", code, sig)
+		}
+		s.p = startServe(top, cliEnv(top), dataDir, token, args...)
+		s.p.waitServing()
+		rec.follow(s.p)
+	}
 
 	t.Run("Approve", func(t *testing.T) {
 		s.t = t
@@ -162,6 +172,18 @@ func runConformance(t *testing.T, a conformanceAgent) {
 		}
 		s.wantNoFile("denied.txt")
 	})
+	t.Run("Shell", func(t *testing.T) {
+		s.t = t
+		if !a.shell {
+			t.Skip("the agent has no shell tool")
+		}
+		turn, appr := s.untilApproval("please shell ran.txt")
+		s.decide(appr, "approve")
+		s.wantStatus(s.completed(turn), sandbox.TurnSucceeded)
+		if _, err := os.Stat(filepath.Join(work, "ran.txt")); err != nil {
+			t.Errorf("the shell command did not run: %v", err)
+		}
+	})
 	t.Run("CancelWhileApprovalWaits", func(t *testing.T) {
 		s.t = t
 		turn, _ := s.untilApproval("please write waiting.txt")
@@ -174,6 +196,7 @@ func runConformance(t *testing.T, a conformanceAgent) {
 		}
 		s.wantNoFile("waiting.txt")
 	})
+	s.freshAgentAfterInterrupt()
 	t.Run("CancelMidStream", func(t *testing.T) {
 		s.t = t
 		turn := s.startTurn(a.slowPrompt)
@@ -181,6 +204,7 @@ func runConformance(t *testing.T, a conformanceAgent) {
 		s.cancel(turn)
 		s.wantStatus(s.completed(turn), sandbox.TurnCanceled)
 	})
+	s.freshAgentAfterInterrupt()
 	t.Run("ModelError", func(t *testing.T) {
 		s.t = t
 		if a.script == nil {
@@ -199,27 +223,12 @@ func runConformance(t *testing.T, a conformanceAgent) {
 			}
 		}
 	})
-	t.Run("Shell", func(t *testing.T) {
-		s.t = t
-		if !a.shell {
-			t.Skip("the agent has no shell tool")
-		}
-		turn, appr := s.untilApproval("please shell ran.txt")
-		s.decide(appr, "approve")
-		s.wantStatus(s.completed(turn), sandbox.TurnSucceeded)
-		if _, err := os.Stat(filepath.Join(work, "ran.txt")); err != nil {
-			t.Errorf("the shell command did not run: %v", err)
-		}
-	})
+	s.freshAgentAfterInterrupt()
 	t.Run("RestartMidTurn", func(t *testing.T) {
 		s.t = t
 		turn := s.startTurn(a.slowPrompt)
 		rec.wait(turn, sandbox.TypeMessageUpdated)
-		p.kill()
-		p = startServe(top, cliEnv(top), dataDir, token, args...)
-		p.waitServing()
-		s.p = p
-		rec.follow(p)
+		s.restart(syscall.SIGKILL)
 		done := s.completed(turn)
 		s.wantStatus(done, sandbox.TurnFailed)
 		if done.Error == nil || done.Error.Code != sandbox.ErrCoordinatorRestarted {
@@ -230,7 +239,7 @@ func runConformance(t *testing.T, a conformanceAgent) {
 	})
 	t.Run("Log", func(t *testing.T) {
 		s.t = t
-		log := readEventLog(t, p, sb.ID)
+		log := readEventLog(t, s.p, sb.ID)
 		rec.wantSameAs(log)
 		for _, ev := range log {
 			b, _ := json.Marshal(ev)
@@ -239,7 +248,7 @@ func runConformance(t *testing.T, a conformanceAgent) {
 		checkInvariants(t, log)
 		for _, path := range []string{"/v1/sandboxes/" + sb.ID, "/v1/sandboxes", "/v1/sandboxes/" + sb.ID + "/events?since=0&limit=1000"} {
 			var raw json.RawMessage
-			p.mustCall(http.MethodGet, path, nil, http.StatusOK, &raw)
+			s.p.mustCall(http.MethodGet, path, nil, http.StatusOK, &raw)
 			s.wantClean("GET "+path, raw)
 		}
 	})
@@ -253,6 +262,18 @@ type scenarioRun struct {
 	rec  *recorder
 	id   string
 	work string
+	// restart ends the server with sig and starts it again on the same
+	// data dir; the recorder follows the new one from where it was.
+	restart func(sig syscall.Signal)
+}
+
+// freshAgentAfterInterrupt gives an agent whose process cannot go on after
+// an interrupted turn (Quirks.StaleAfterInterrupt) a new one, by a graceful
+// restart of the server: the sandbox stays, its next turn boots the agent.
+func (s *scenarioRun) freshAgentAfterInterrupt() {
+	if s.a.quirks.StaleAfterInterrupt {
+		s.restart(syscall.SIGTERM)
+	}
 }
 
 const scenarioWait = 90 * time.Second

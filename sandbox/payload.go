@@ -150,10 +150,18 @@ type ErrorInfo struct {
 }
 
 // Usage is the token usage an agent reported for a turn, when it did.
+//
+// The token counts are those of the prompt answer (0 when the agent gave
+// none). ContextTokens and ContextWindow are what the agent last said of its
+// context window during the turn (ACP usage_update: used, size), for agents
+// such as Codex that report usage only that way; they are left out when it
+// said nothing.
 type Usage struct {
-	InputTokens  int64 `json:"input_tokens"`
-	OutputTokens int64 `json:"output_tokens"`
-	TotalTokens  int64 `json:"total_tokens"`
+	InputTokens   int64 `json:"input_tokens"`
+	OutputTokens  int64 `json:"output_tokens"`
+	TotalTokens   int64 `json:"total_tokens"`
+	ContextTokens int64 `json:"context_tokens,omitempty"`
+	ContextWindow int64 `json:"context_window,omitempty"`
 }
 
 // TurnCompleted is the data of turn.completed.

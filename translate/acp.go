@@ -24,6 +24,9 @@ type rawUpdate struct {
 	Kind          json.RawMessage `json:"kind"`
 	Status        json.RawMessage `json:"status"`
 	Locations     json.RawMessage `json:"locations"`
+	// usage_update: the context window's tokens in use and its size.
+	Used *int64 `json:"used"`
+	Size *int64 `json:"size"`
 }
 
 // contentBlock is the part of an ACP ContentBlock that carries text.

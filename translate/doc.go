@@ -74,12 +74,15 @@
 //     dropped). A turn with no text that is not blank (only reasoning, or
 //     nothing) has no message.completed. FinalMessage is the rule, for
 //     whoever completes a turn from its stored parts.
-//   - Usage: turn.completed.usage is the token usage of the session/prompt
-//     answer (TurnResult.Usage) or null. ACP's usage_update carries the
-//     context window (used, size) and a cumulative cost, not the tokens a
-//     turn spent (codex-acp 0.16.0 sends it, with used = the last model
-//     call's total tokens, and no usage in its prompt answer), so it is
-//     dropped, counted as "usage_update", and never passes for token counts.
+//   - Usage: turn.completed.usage holds the token counts of the
+//     session/prompt answer (TurnResult.Usage) and, when the agent sent
+//     usage_update during the turn, the last one's context window as
+//     context_tokens and context_window; null when there was neither.
+//     ACP's usage_update carries the context window (used, size) and a
+//     cumulative cost, not the tokens a turn spent (codex-acp 0.16.0 sends
+//     it, with used = the last model call's total tokens, and no usage in
+//     its prompt answer), so it never passes for token counts. It is not
+//     forwarded as an event (counted as "usage_update").
 //   - A message part holds at most MaxPartBytes of text; the rest is dropped
 //     and counted as "truncated". Parts larger than 64 KiB are emitted less
 //     often (the flush interval grows with the part's size), which keeps the

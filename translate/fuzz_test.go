@@ -143,7 +143,7 @@ var freeText = map[string]bool{"text": true, "title": true, "label": true, "path
 func checkFuzzEvents(t *testing.T, evs []*sandbox.Event) {
 	allowed := map[string]bool{}
 	for _, k := range strings.Fields(`input type text status stop_reason error code message duration_ms usage
-		input_tokens output_tokens total_tokens message_id part_id index kind parts tool_call_id title
+		input_tokens output_tokens total_tokens context_tokens context_window message_id part_id index kind parts tool_call_id title
 		locations path line approval_id options option_id label expires_at decision reason`) {
 		allowed[k] = true
 	}

@@ -116,6 +116,7 @@ type Translator struct {
 	open    *part
 	tools   map[string]*tool // agent toolCallId -> tool
 	pending []*approval
+	context *contextUsage // the turn's last usage_update, nil before one
 
 	// Ids of approvals already resolved, so a second resolution is a
 	// conflict rather than not found.
@@ -157,7 +158,11 @@ func (t *Translator) resetTurn() {
 	t.parts, t.byAgent, t.cur, t.open = nil, map[string]*message{}, nil, nil
 	t.tools = map[string]*tool{}
 	t.pending = nil
+	t.context = nil
 }
+
+// contextUsage is what an agent said of its context window (usage_update).
+type contextUsage struct{ used, size int64 }
 
 // InTurn reports whether a turn is running.
 func (t *Translator) InTurn() bool { return t.turnID != "" }
@@ -205,8 +210,18 @@ func (t *Translator) Update(params json.RawMessage) []*sandbox.Event {
 		// Not forwarded, but it stands between chunks like a tool call.
 		t.drop(kind)
 		return t.closePart(now, nil)
+	case "usage_update":
+		// Not forwarded: kept for the turn's usage (see EndTurn).
+		if u := n.Update; u.Used != nil && *u.Used >= 0 {
+			t.context = &contextUsage{used: *u.Used}
+			if u.Size != nil && *u.Size >= 0 {
+				t.context.size = *u.Size
+			}
+		}
+		t.drop(kind)
+		return nil
 	case "user_message_chunk", "available_commands_update", "current_mode_update",
-		"config_option_update", "session_info_update", "usage_update":
+		"config_option_update", "session_info_update":
 		t.drop(kind)
 		return nil
 	default:
@@ -253,6 +268,12 @@ func (t *Translator) EndTurn(r TurnResult) []*sandbox.Event {
 	if r.Usage != nil {
 		u := *r.Usage
 		done.Usage = &u
+	}
+	if t.context != nil {
+		if done.Usage == nil {
+			done.Usage = &sandbox.Usage{}
+		}
+		done.Usage.ContextTokens, done.Usage.ContextWindow = t.context.used, t.context.size
 	}
 
 	decision, reason := sandbox.DecisionCanceled, sandbox.ReasonTurnCanceled

@@ -190,7 +190,7 @@ turn.started turn_1 {"input":[{"type":"text","text":"plan it"}]}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Plan:"}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"go"}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Plan:"},{"part_id":"part_2","index":1,"kind":"text","text":"go"}],"text":"Plan:\n\ngo"}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":{"input_tokens":0,"output_tokens":0,"total_tokens":0,"context_tokens":10,"context_window":100}}
 `,
 	},
 	{
@@ -402,7 +402,7 @@ message.updated turn_1 {"message_id":"msg_1","part_id":"part_3","index":2,"kind"
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_4","index":3,"kind":"text","text":"Done: I "}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_4","index":3,"kind":"text","text":"Done: I wrote notes.txt for you."}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"reasoning","text":"\n\nThinking about the task."},{"part_id":"part_2","index":1,"kind":"text","text":"I will create notes.txt now."},{"part_id":"part_3","index":2,"kind":"reasoning","text":"\n\nThinking about the task."},{"part_id":"part_4","index":3,"kind":"text","text":"Done: I wrote notes.txt for you."}],"text":"I will create notes.txt now.\n\nDone: I wrote notes.txt for you."}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":{"input_tokens":0,"output_tokens":0,"total_tokens":0,"context_tokens":1231,"context_window":258400}}
 `,
 	},
 	{
@@ -434,7 +434,7 @@ tool.updated turn_1 {"tool_call_id":"tool_1","title":"Write notes.txt","kind":"e
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"Done: I wrote "}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"Done: I wrote notes.txt."}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"I'll write notes.txt for you now."},{"part_id":"part_2","index":1,"kind":"text","text":"Done: I wrote notes.txt."}],"text":"I'll write notes.txt for you now.\n\nDone: I wrote notes.txt."}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":{"input_tokens":3,"output_tokens":40,"total_tokens":1243}}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":{"input_tokens":3,"output_tokens":40,"total_tokens":1243,"context_tokens":1243,"context_window":200000}}
 `,
 	},
 	{

@@ -162,19 +162,31 @@ func TestEndTurn(t *testing.T) {
 	})
 	// usage_update carries the context window (used, size) and a session
 	// cost, not the tokens a turn spent: it must not pass for them.
-	t.Run("UsageUpdateIsNoTokenCount", func(t *testing.T) {
+	// usage_update carries the context window (used, size), not the tokens a
+	// turn spent: it fills the context fields of the turn's usage and never
+	// the token counts, which come from the prompt answer alone.
+	t.Run("UsageUpdateIsContext", func(t *testing.T) {
 		for _, tt := range []struct {
-			name string
-			r    TurnResult
-			want *sandbox.Usage
+			name    string
+			r       TurnResult
+			updates bool
+			want    *sandbox.Usage
 		}{
-			{"WithoutAnswerUsage", TurnResult{StopReason: "end_turn"}, nil},
-			{"AnswerUsageWins", TurnResult{StopReason: "end_turn", Usage: &sandbox.Usage{InputTokens: 3, OutputTokens: 40, TotalTokens: 1243}}, &sandbox.Usage{InputTokens: 3, OutputTokens: 40, TotalTokens: 1243}},
+			{"WithoutAnswerUsage", TurnResult{StopReason: "end_turn"}, true, &sandbox.Usage{ContextTokens: 53000, ContextWindow: 200000}},
+			{"AnswerUsageKept", TurnResult{StopReason: "end_turn", Usage: &sandbox.Usage{InputTokens: 3, OutputTokens: 40, TotalTokens: 1243}}, true, &sandbox.Usage{InputTokens: 3, OutputTokens: 40, TotalTokens: 1243, ContextTokens: 53000, ContextWindow: 200000}},
+			{"NoUsageAtAll", TurnResult{StopReason: "end_turn"}, false, nil},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				tr := newScripted(&clock{t: epoch})
+				tr.StartTurn("turn_0", nil)
+				// A usage_update of an earlier turn says nothing of this one.
+				tr.Update(json.RawMessage(`{"update":{"sessionUpdate":"usage_update","used":7,"size":8}}`))
+				tr.EndTurn(TurnResult{StopReason: "end_turn"})
 				tr.StartTurn("turn_1", nil)
-				tr.Update(json.RawMessage(`{"update":{"sessionUpdate":"usage_update","used":53000,"size":200000,"cost":{"amount":0.045,"currency":"USD"}}}`))
+				if tt.updates {
+					tr.Update(json.RawMessage(`{"update":{"sessionUpdate":"usage_update","used":1000,"size":200000}}`))
+					tr.Update(json.RawMessage(`{"update":{"sessionUpdate":"usage_update","used":53000,"size":200000,"cost":{"amount":0.045,"currency":"USD"}}}`))
+				}
 				evs := tr.EndTurn(tt.r)
 				d := evs[len(evs)-1].Data.(*sandbox.TurnCompleted)
 				if (d.Usage == nil) != (tt.want == nil) || d.Usage != nil && *d.Usage != *tt.want {
@@ -432,7 +444,7 @@ func TestNothingForwardedOutsideAllowList(t *testing.T) {
 	// Every key of every event's data must be one the contract names.
 	allowed := map[string]bool{}
 	for _, k := range strings.Fields(`input type text status stop_reason error code message duration_ms usage
-		input_tokens output_tokens total_tokens message_id part_id index kind parts tool_call_id title
+		input_tokens output_tokens total_tokens context_tokens context_window message_id part_id index kind parts tool_call_id title
 		locations path line approval_id options option_id label expires_at decision reason`) {
 		allowed[k] = true
 	}

@@ -42,6 +42,13 @@ type Quirks struct {
 	// "failed" when the adapter answers the prompt with an error, or
 	// "succeeded" when it tells the error as text and ends the turn.
 	ModelErrorStatus string
+	// StaleAfterInterrupt: after a cancel or a model error, the agent
+	// process answers its next prompt with what was left of the
+	// interrupted one (claude-agent-acp 0.23.1 returns on the result
+	// before Claude Code's closing message, which the next prompt then
+	// reads). The suite restarts the server, and so the agent, after each
+	// interrupted turn instead of running the next scenario on it.
+	StaleAfterInterrupt bool
 }
 
 // Dir is where the pinned npm packages are installed: $SPARKLES_AGENTS_DIR,

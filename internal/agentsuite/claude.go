@@ -19,6 +19,7 @@ func init() {
 		Model:   fakemodel.Anthropic,
 		Setup:   claudeSetup,
 		Quirks: Quirks{
+			StaleAfterInterrupt: true,
 			// A model error ends Claude Code's turn with an error result,
 			// which the adapter answers as a JSON-RPC error (-32603).
 			ModelErrorStatus: "failed",

@@ -216,6 +216,9 @@ func (m *Main) Run(ctx context.Context) error {
 		Logger:          m.Logger,
 		Observer:        m.Metrics,
 		Cluster:         cluster,
+		// Whatever an agent prints, neither the server token nor the
+		// sandbox's stream token leaves in one of its strings.
+		Redact: func(id string) []string { return []string{token, server.StreamToken(token, id)} },
 	})
 	if err != nil {
 		return err

@@ -278,11 +278,7 @@ func (b *box) translator() (*translate.Translator, config, error) {
 		return nil, cfg, fmt.Errorf("decode sandbox config: %w", err)
 	}
 	b.cfg = cfg
-	secrets := make([]string, 0, len(cfg.Secrets))
-	for _, v := range cfg.Secrets {
-		secrets = append(secrets, v)
-	}
-	sort.Strings(secrets)
+	secrets := b.c.redactions(b.id, cfg.Secrets)
 	b.tr = translate.New(translate.Config{
 		SandboxID:     b.id,
 		Dir:           filepath.Join(b.dir(), "work"),

@@ -37,6 +37,12 @@ type Config struct {
 	ApprovalTimeout time.Duration // default 10m
 	FlushInterval   time.Duration // default 50ms
 
+	// Redact, when set, returns values of the server's own to redact
+	// from every string of a sandbox as its secrets are (the server token
+	// and the sandbox's stream token), and from the metadata it is
+	// created with.
+	Redact func(sandboxID string) []string
+
 	Logger   *slog.Logger
 	Now      func() time.Time
 	Observer Observer // metrics; nil observes nothing
@@ -208,14 +214,15 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 		return sandbox.Sandbox{}, sandbox.Errorf(sandbox.EInvalidRequest, "unknown agent %q; this server runs no agents", agentName)
 	}
 	now := c.now()
+	id := sandbox.NewID(sandbox.PrefixSandbox)
 	sb := sandbox.Sandbox{
-		ID:        sandbox.NewID(sandbox.PrefixSandbox),
+		ID:        id,
 		Object:    "sandbox",
 		Status:    sandbox.StatusCreating,
 		Agent:     agentName,
 		CreatedAt: now,
 		UpdatedAt: now,
-		Metadata:  p.Metadata,
+		Metadata:  c.redactMetadata(id, p.Metadata, p.Secrets),
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}

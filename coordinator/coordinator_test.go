@@ -562,3 +562,58 @@ func TestApprovalTimeout(t *testing.T) {
 		t.Fatalf("tool after an expired approval = %+v", got)
 	}
 }
+
+// TestTokensNeverLeave: whatever the agent prints, the server token and the
+// sandbox's stream token (Config.Redact) are redacted like secrets, and so
+// is anything shaped like a Sparkles token; a secret value put in metadata
+// is not answered either.
+func TestTokensNeverLeave(t *testing.T) {
+	const (
+		serverToken = "operator-chosen-token-42"
+		streamToken = "st_c_01m8rfc0kf6kxhnc3d6nzv370p.AbCdEfGhIjKlMnOpQrStUvWx"
+		shaped      = "spk_AbCdEfGhIjKlMnOpQrStUvWx0123"
+		canary      = "canary-91c2-metadata"
+	)
+	e := newEnv(t, func(cfg *coordinator.Config) {
+		cfg.Redact = func(string) []string { return []string{serverToken, streamToken} }
+	})
+	// The demo agent echoes its environment: the tokens reach it the way a
+	// hostile agent would print them after reading them somewhere.
+	sb := e.create(coordinator.CreateParams{
+		Env:      map[string]string{"A": serverToken, "B": streamToken, "C": shaped, "PLAIN": "visible-value"},
+		Secrets:  map[string]string{"K": canary},
+		Metadata: map[string]string{"note": "key is " + canary + " and " + shaped, "name": "plain name"},
+	})
+	if _, err := e.co.StartTurn(context.Background(), sb.ID, "show me your env"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(sb.ID, 0, isType(sandbox.TypeTurnCompleted))
+	recs, err := e.co.Read(context.Background(), sb.ID, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all strings.Builder
+	for _, r := range recs {
+		all.Write(r.JSON)
+	}
+	got := must(e.co.Sandbox(context.Background(), sb.ID))
+	for _, v := range []any{got, must(e.co.State(context.Background(), sb.ID))} {
+		b, _ := json.Marshal(v)
+		all.Write(b)
+	}
+	text := all.String()
+	for _, leak := range []string{serverToken, streamToken, shaped, canary} {
+		if strings.Contains(text, leak) {
+			t.Errorf("%q left the server", leak)
+		}
+	}
+	if !strings.Contains(text, "visible-value") {
+		t.Fatal("the demo agent did not echo its env: the test proves nothing")
+	}
+	if got, want := got.Metadata["name"], "plain name"; got != want {
+		t.Errorf("metadata name %q, want %q", got, want)
+	}
+	if got, want := got.Metadata["note"], "key is [REDACTED] and [REDACTED]"; got != want {
+		t.Errorf("metadata note %q, want %q", got, want)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
+	"github.com/sparkles-dev/sparkles/translate"
 )
 
 // envName is what a variable name may be: a key such as "A=B" would smuggle
@@ -67,4 +68,34 @@ func checkNoNUL(field string, m map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// redactions are the values redacted from every string of sandbox id: its
+// secrets and the server's own (Config.Redact), sorted so that a
+// translator built twice redacts the same way.
+func (c *Coordinator) redactions(id string, secrets map[string]string) []string {
+	out := make([]string, 0, len(secrets)+2)
+	for _, v := range secrets {
+		out = append(out, v)
+	}
+	if c.cfg.Redact != nil {
+		out = append(out, c.cfg.Redact(id)...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// redactMetadata replaces, in every metadata value, the sandbox's secrets,
+// the server's own values and credential shapes with [REDACTED]: metadata
+// is answered verbatim ever after.
+func (c *Coordinator) redactMetadata(id string, md map[string]string, secrets map[string]string) map[string]string {
+	if len(md) == 0 {
+		return md
+	}
+	red := translate.NewRedactor(c.redactions(id, secrets))
+	out := make(map[string]string, len(md))
+	for k, v := range md {
+		out[k] = red(v)
+	}
+	return out
 }

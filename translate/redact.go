@@ -27,6 +27,8 @@ var tokenRE = regexp.MustCompile(strings.Join([]string{
 	`\bAIza[0-9A-Za-z_-]{30,}`,                                     // Google API key
 	`\bxox[abeprs]-[A-Za-z0-9-]{10,}`,                              // Slack
 	`\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`, // JWT
+	`\bspk_[A-Za-z0-9_-]{16,}`,                                     // Sparkles server token
+	`\bst_c_[0-9a-z]{20,}\.[A-Za-z0-9_-]{16,}`,                     // Sparkles stream token
 	// A private key block; without its END line it runs to the end of the
 	// text, so a truncated key is still covered.
 	`-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END[A-Z0-9 ]*PRIVATE KEY-----|[\s\S]*)`,
@@ -35,7 +37,7 @@ var tokenRE = regexp.MustCompile(strings.Join([]string{
 // tokenMarkers are literals at least one of which occurs in any tokenRE
 // match; text without any of them skips the regular expression.
 var tokenMarkers = []string{
-	"sk-", "k_live_", "k_test_", "gho_", "ghp_", "ghr_", "ghs_", "ghu_", "github_pat_", "glpat-", "AKIA", "ASIA", "AIza", "xox", "eyJ", "-----BEGIN",
+	"sk-", "k_live_", "k_test_", "gho_", "ghp_", "ghr_", "ghs_", "ghu_", "github_pat_", "glpat-", "AKIA", "ASIA", "AIza", "xox", "eyJ", "-----BEGIN", "spk_", "st_c_",
 }
 
 // bearerRE matches an Authorization-style bearer token; group 2 is the
@@ -61,6 +63,8 @@ var shapes = []shape{
 	{[]string{"AIza"}, isKeyChar},
 	{[]string{"xoxa-", "xoxb-", "xoxe-", "xoxp-", "xoxr-", "xoxs-"}, func(c byte) bool { return isAlnum(c) || c == '-' }},
 	{[]string{"eyJ"}, func(c byte) bool { return isKeyChar(c) || c == '.' }},
+	{[]string{"spk_"}, isKeyChar},
+	{[]string{"st_c_"}, func(c byte) bool { return isKeyChar(c) || c == '.' }},
 }
 
 func isDigit(c byte) bool    { return '0' <= c && c <= '9' }
@@ -324,4 +328,16 @@ func indexFold(s, lower string) int {
 		}
 	}
 	return -1
+}
+
+// NewRedactor returns the redaction of whole strings that every outgoing
+// string gets (secrets of at least MinSecretLen bytes and credential
+// shapes), for strings that do not come from the agent, such as a sandbox's
+// metadata.
+func NewRedactor(secrets []string) func(string) string {
+	r := newRedactor(secrets, pathRoots{})
+	return func(s string) string {
+		out, _ := r.String(s)
+		return out
+	}
 }

@@ -143,6 +143,11 @@ func runConformance(t *testing.T, a conformanceAgent) {
 		done := s.completed(turn)
 		s.wantStatus(done, sandbox.TurnSucceeded)
 		s.wantFile("notes.txt", a.content(prompt))
+		// Every adapter reports usage one way or another (the prompt
+		// answer, usage_update, Gemini's _meta), and so does the demo.
+		if done.Usage == nil || done.Usage.TotalTokens == 0 && done.Usage.ContextTokens == 0 {
+			t.Errorf("turn.completed usage %+v: the agent's usage was not read", done.Usage)
+		}
 		resolved := rec.first(turn, sandbox.TypeApprovalResolved)
 		var r sandbox.ApprovalResolved
 		mustDecode(t, resolved, &r)

@@ -180,7 +180,7 @@ func Start(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 	var path string
 	if cfg.Run == nil {
-		if path, err = lookPath(cfg.Command[0], cfg.Env); err != nil {
+		if path, err = lookPath(cfg.Command[0]); err != nil {
 			files.close()
 			log.Warn("find agent command", "command", cfg.Command[0], "err", err)
 			return nil, errors.New("agent command was not found")

@@ -87,30 +87,13 @@ func startFunc(run func(context.Context, io.Reader, io.Writer, []string) error, 
 	}
 }
 
-// lookPath finds the agent command on the PATH of the agent's own
-// environment, which may differ from the server's; without one it falls back
-// to the server's.
-func lookPath(name string, env []string) (string, error) {
+// lookPath finds the agent command on the server's PATH: the operator's
+// choice of programs, never the PATH of the agent's environment, which a
+// sandbox's env sets (a sandbox must not choose what the server runs).
+// Relative PATH entries are refused (exec.ErrDot).
+func lookPath(name string) (string, error) {
 	if strings.ContainsRune(name, filepath.Separator) {
 		return name, nil
 	}
-	pathVar, found := "", false
-	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == "PATH" {
-			pathVar, found = v, true
-		}
-	}
-	if !found {
-		return exec.LookPath(name)
-	}
-	for _, d := range filepath.SplitList(pathVar) {
-		if !filepath.IsAbs(d) {
-			continue // a relative entry would resolve against the sandbox: not trusted
-		}
-		p := filepath.Join(d, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s: not found on the agent's PATH", name)
+	return exec.LookPath(name)
 }

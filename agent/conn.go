@@ -66,6 +66,12 @@ type Config struct {
 	// StallTimeout is how long a write to the agent's stdin may make no
 	// progress before the agent is stopped as broken; 0 means 30s.
 	StallTimeout time.Duration
+
+	// Launcher, when set, starts the agent process confined to Sandbox,
+	// the sandbox directory (Dir is inside it; empty means Dir). Run
+	// agents are not processes and are never confined.
+	Launcher Launcher
+	Sandbox  string
 }
 
 // Kind tells what an Inbound value carries.

@@ -19,8 +19,18 @@ type proc struct {
 	wait func() *ExitError // blocks until the agent has ended
 }
 
-// startCommand runs the agent as a process in a process group of its own.
-// The agent's ends of the pipes are closed here once the child holds them.
+// Launcher starts agent processes confined to their sandbox
+// (internal/confine implements it).
+type Launcher interface {
+	// Start starts cmd, whose only writable place is the directory
+	// sandbox, in place of cmd.Start; release is called once cmd has been
+	// waited for.
+	Start(cmd *exec.Cmd, sandbox string) (release func(), err error)
+}
+
+// startCommand runs the agent as a process in a process group of its own,
+// through cfg.Launcher when there is one. The agent's ends of the pipes are
+// closed here once the child holds them.
 func startCommand(cfg Config, dir, path string, env []string, stdin, stdout *os.File, grace time.Duration) (*proc, error) {
 	cmd := &exec.Cmd{
 		Path:      path,
@@ -33,7 +43,16 @@ func startCommand(cfg Config, dir, path string, env []string, stdin, stdout *os.
 		WaitDelay: grace, // bounds the copy of stderr held open by the agent's children
 	}
 	setProcessGroup(cmd)
-	err := cmd.Start()
+	release, err := func() {}, error(nil)
+	if cfg.Launcher != nil {
+		sandbox := cfg.Sandbox
+		if sandbox == "" {
+			sandbox = dir
+		}
+		release, err = cfg.Launcher.Start(cmd, sandbox)
+	} else {
+		err = cmd.Start()
+	}
 	stdin.Close()
 	stdout.Close()
 	if err != nil {
@@ -44,6 +63,7 @@ func startCommand(cfg Config, dir, path string, env []string, stdin, stdout *os.
 		kill: func() { killGroup(cmd) },
 		wait: func() *ExitError {
 			err := cmd.Wait()
+			release()
 			if st := cmd.ProcessState; st != nil {
 				return &ExitError{Code: st.ExitCode(), state: st.String()}
 			}

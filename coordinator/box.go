@@ -327,6 +327,9 @@ func (b *box) boot() {
 		Dir:     work,
 		Env:     agentEnv(cfg),
 		Logger:  b.log(),
+
+		Launcher: b.c.cfg.Launcher,
+		Sandbox:  b.dir(),
 	}
 	timeout := b.c.cfg.BootTimeout
 	go func() {

@@ -209,6 +209,13 @@ func TestConfinement(t *testing.T) {
 				t.Fatal(err)
 			}
 			p.token = strings.TrimSpace(string(token))
+			wantIsolation := map[string]string{"on": "landlock+namespaces", "off": "off"}[mode]
+			var ready struct{ Status, Isolation string }
+			p.mustCall(http.MethodGet, "/readyz", nil, http.StatusOK, &ready)
+			if ready.Isolation != wantIsolation {
+				t.Errorf("/readyz says isolation %q, want %q", ready.Isolation, wantIsolation)
+			}
+			p.waitLog(`"isolation":"` + wantIsolation + `"`)
 			abi := logABI(t, p)
 
 			// Sandbox A only lives: its files and its agent are what B goes for.

@@ -316,6 +316,11 @@ func (m *Main) openLauncher() error {
 	opts := m.Confine
 	opts.DataDir, opts.Logger = m.DataDir, m.Logger
 	l, err := confine.New(opts)
+	var bad *confine.OptionError
+	if errors.As(err, &bad) {
+		flag := map[string]string{"Network": "--agent-network", "ReadPaths": "--agent-read-path", "WritePaths": "--agent-write-path"}[bad.Field]
+		return fmt.Errorf("%s %s", flag, bad.Msg)
+	}
 	if err != nil {
 		return fmt.Errorf("agents cannot be confined on this machine: %v; pass --isolation=off (SPARKLES_ISOLATION=off) to run them unconfined, with the server user's rights", err)
 	}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -398,4 +400,16 @@ func logABI(t *testing.T, p *serveProc) int {
 		}
 	}
 	return 0
+}
+
+// TestServeConfineFlags: a confinement flag that cannot be used ends serve
+// with one line that names the flag, not as a machine that cannot confine.
+func TestServeConfineFlags(t *testing.T) {
+	common := []string{"--addr", "127.0.0.1:0"}
+	serveFails(t, "--isolation \"maybe\": want on or off", append(common, "--data-dir", t.TempDir(), "--isolation", "maybe")...)
+	serveFails(t, "--agent-network \"some\": want open or none", append(common, "--data-dir", t.TempDir(), "--agent-network", "some")...)
+	serveFails(t, "--agent-network none needs isolation", append(common, "--data-dir", t.TempDir(), "--agent-network", "none", "--isolation", "off")...)
+	serveFails(t, "--agent-read-path \"relative\": want an absolute path", append(common, "--data-dir", t.TempDir(), "--agent-read-path", "relative")...)
+	data := t.TempDir()
+	serveFails(t, "which agents must not reach", append(common, "--data-dir", data, "--agent-write-path", filepath.Dir(data))...)
 }

@@ -64,7 +64,7 @@ func New(opts Options) (*Launcher, error) {
 		opts.Network = NetworkOpen
 	}
 	if opts.Network != NetworkOpen && opts.Network != NetworkNone {
-		return nil, fmt.Errorf("network %q: want %s or %s", opts.Network, NetworkOpen, NetworkNone)
+		return nil, &OptionError{"Network", fmt.Sprintf("%q: want %s or %s", opts.Network, NetworkOpen, NetworkNone)}
 	}
 	if opts.MaxProcs <= 0 {
 		opts.MaxProcs = DefaultMaxProcs
@@ -95,10 +95,10 @@ func New(opts Options) (*Launcher, error) {
 		}
 		l.protect = append(l.protect, p)
 	}
-	if l.opts.ReadPaths, err = cleanPaths("read path", opts.ReadPaths, l.protect); err != nil {
+	if l.opts.ReadPaths, err = cleanPaths("ReadPaths", opts.ReadPaths, l.protect); err != nil {
 		return nil, err
 	}
-	if l.opts.WritePaths, err = cleanPaths("write path", opts.WritePaths, l.protect); err != nil {
+	if l.opts.WritePaths, err = cleanPaths("WritePaths", opts.WritePaths, l.protect); err != nil {
 		return nil, err
 	}
 	l.nproc = kernelAtLeast(5, 14)

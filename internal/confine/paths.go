@@ -117,22 +117,31 @@ func interpreter(path string) (string, error) {
 	return "", nil
 }
 
+// OptionError is an Options field that cannot be used, as opposed to a
+// machine that cannot confine.
+type OptionError struct {
+	Field string // "Network", "ReadPaths", "WritePaths"
+	Msg   string
+}
+
+func (e *OptionError) Error() string { return e.Msg }
+
 // cleanPaths makes operator paths absolute, real and existing, and refuses
-// one that contains a protected path: a --agent-read-path of the home
-// would hand the agent the data dir.
-func cleanPaths(flag string, paths, protected []string) ([]string, error) {
+// one that contains a protected path: a read path of the home would hand
+// the agent the data dir.
+func cleanPaths(field string, paths, protected []string) ([]string, error) {
 	var out []string
 	for _, p := range paths {
 		if !filepath.IsAbs(p) {
-			return nil, fmt.Errorf("%s %q: want an absolute path", flag, p)
+			return nil, &OptionError{field, fmt.Sprintf("%q: want an absolute path", p)}
 		}
 		real, err := filepath.EvalSymlinks(p)
 		if err != nil {
-			return nil, fmt.Errorf("%s %q: %v", flag, p, unwrap(err))
+			return nil, &OptionError{field, fmt.Sprintf("%q: %v", p, unwrap(err))}
 		}
 		for _, pr := range protected {
 			if pr != "" && within(pr, real) {
-				return nil, fmt.Errorf("%s %q contains %s, which agents must not reach", flag, p, pr)
+				return nil, &OptionError{field, fmt.Sprintf("%q contains %s, which agents must not reach", p, pr)}
 			}
 		}
 		out = append(out, real)

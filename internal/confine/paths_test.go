@@ -1,3 +1,5 @@
+//go:build linux
+
 package confine
 
 import (
@@ -57,16 +59,16 @@ func TestCleanPaths(t *testing.T) {
 	root := t.TempDir()
 	data := filepath.Join(root, "home", "data")
 	os.MkdirAll(data, 0o700)
-	if _, err := cleanPaths("read path", []string{"relative"}, nil); err == nil {
+	if _, err := cleanPaths("ReadPaths", []string{"relative"}, nil); err == nil {
 		t.Error("a relative path was taken")
 	}
-	if _, err := cleanPaths("read path", []string{filepath.Join(root, "missing")}, nil); err == nil {
+	if _, err := cleanPaths("ReadPaths", []string{filepath.Join(root, "missing")}, nil); err == nil {
 		t.Error("a missing path was taken")
 	}
-	if _, err := cleanPaths("read path", []string{filepath.Join(root, "home")}, []string{data}); err == nil {
+	if _, err := cleanPaths("ReadPaths", []string{filepath.Join(root, "home")}, []string{data}); err == nil {
 		t.Error("a path holding the data dir was taken")
 	}
-	if got, err := cleanPaths("read path", []string{data}, []string{filepath.Join(root, "other")}); err != nil || len(got) != 1 {
+	if got, err := cleanPaths("ReadPaths", []string{data}, []string{filepath.Join(root, "other")}); err != nil || len(got) != 1 {
 		t.Errorf("cleanPaths = %q, %v", got, err)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command hostileagent is an ACP agent that attacks its own confinement,
 // for the tests of internal/confine and of serve. It speaks just enough ACP
 // to boot and run a turn; what it does is with its own process, not through

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,10 +22,16 @@ import (
 
 	"github.com/sparkles-dev/sparkles/agent"
 	"github.com/sparkles-dev/sparkles/internal/confine"
+	"golang.org/x/sys/unix"
 )
 
-// demoVar makes the test binary the demo agent, for the boot benchmark.
-const demoVar = "SPARKLES_CONFINE_TEST_DEMO"
+// demoVar makes the test binary the demo agent, for the boot benchmark;
+// keyringVar makes it print what its session keyring is.
+const (
+	demoVar    = "SPARKLES_CONFINE_TEST_DEMO"
+	keyringVar = "SPARKLES_CONFINE_TEST_KEYRING"
+	ttyVar     = "SPARKLES_CONFINE_TEST_TTY"
+)
 
 // hostile is the hostile agent, built once by TestMain.
 var hostile string
@@ -32,6 +39,12 @@ var hostile string
 func TestMain(m *testing.M) {
 	if confine.IsEntry(os.Args) {
 		confine.Main() // the test binary is its own launcher, as sparkles is
+	}
+	if os.Getenv(keyringVar) != "" {
+		id, err := unix.KeyctlGetKeyringID(unix.KEY_SPEC_SESSION_KEYRING, false)
+		desc, _ := unix.KeyctlString(unix.KEYCTL_DESCRIBE, id)
+		fmt.Println(desc, err)
+		os.Exit(0)
 	}
 	if os.Getenv(demoVar) != "" {
 		if err := agent.RunDemo(context.Background(), os.Stdin, os.Stdout, os.Environ()); err != nil {
@@ -379,4 +392,77 @@ func copyFile(from, to string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// TestSessionKeyring: the agent does not get the server's session keyring
+// (where Kerberos tickets and ecryptfs keys live), but an empty one.
+func TestSessionKeyring(t *testing.T) {
+	l := newLauncher(t, confine.Options{})
+	sb := sandboxDir(t, varTmp(t), "keyring")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan string, 1)
+	go func() {
+		// A session keyring is a thread's: the launcher is forked from this
+		// one, which is never unlocked and so ends with the goroutine.
+		runtime.LockOSThread()
+		if _, err := unix.KeyctlJoinSessionKeyring("sparkles-server-keyring"); err != nil {
+			out <- "join: " + err.Error()
+			return
+		}
+		o, err := runConfined(t, l, sb, []string{keyringVar + "=1"}, exe)
+		out <- fmt.Sprint(o, err)
+	}()
+	got := <-out
+	if !strings.Contains(got, "keyring;") || strings.Contains(got, "sparkles-server-keyring") {
+		t.Fatalf("the agent's session keyring: %q, want a keyring that is not the server's", got)
+	}
+}
+
+// TestNoControllingTerminal: a server started from a terminal does not give
+// the agent that terminal as /dev/tty (to read the developer's keys from,
+// or write to). The test reruns itself in a session whose controlling
+// terminal is a pty of its own, checks that /dev/tty opens there, and then
+// that it does not for a confined process.
+func TestNoControllingTerminal(t *testing.T) {
+	openTTY := []string{"/bin/sh", "-c", "if ( : 3<>/dev/tty ) 2>/dev/null; then echo tty-open; else echo no-tty; fi"}
+	if os.Getenv(ttyVar) == "" {
+		ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+		if err != nil {
+			t.Skipf("no pty: %v", err)
+		}
+		defer ptmx.Close()
+		if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+			t.Fatal(err)
+		}
+		n, err := unix.IoctlGetUint32(int(ptmx.Fd()), unix.TIOCGPTN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pts, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pts.Close()
+		exe, _ := os.Executable()
+		cmd := exec.Command(exe, "-test.run=^TestNoControllingTerminal$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), ttyVar+"=1")
+		var out bytes.Buffer
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = pts, &out, &out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		if err := cmd.Run(); err != nil || !bytes.Contains(out.Bytes(), []byte("--- PASS: TestNoControllingTerminal")) {
+			t.Fatalf("on a terminal: %v\n%s", err, out.String())
+		}
+		return
+	}
+	if out, _ := exec.Command(openTTY[0], openTTY[1:]...).Output(); !strings.Contains(string(out), "tty-open") {
+		t.Fatalf("unconfined, /dev/tty does not open (%q): the test proves nothing", out)
+	}
+	l := newLauncher(t, confine.Options{})
+	out, err := runConfined(t, l, sandboxDir(t, varTmp(t), "tty"), []string{"PATH=/usr/bin:/bin"}, openTTY...)
+	if err != nil || !strings.Contains(out, "no-tty") {
+		t.Fatalf("confined: %v: %q, want no /dev/tty", err, out)
+	}
 }

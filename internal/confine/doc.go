@@ -14,6 +14,8 @@
 //     given, gives it its own /dev/shm and, when it can, its own devpts;
 //   - with network none, brings up the namespace's loopback;
 //   - sets rlimits (core dumps off, open files, processes);
+//   - joins an empty session keyring (it was started in a session of its
+//     own, so the server's terminal is no /dev/tty of the agent's either);
 //   - drops every capability the agent would inherit;
 //   - applies Landlock to itself and so to everything it starts: the
 //     system read-only, the agent's install directory read-only, the

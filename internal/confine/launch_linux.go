@@ -63,6 +63,11 @@ func launch() (int, error) {
 	if err := setLimits(sp); err != nil {
 		return 0, err
 	}
+	// The server's session keyring (Kerberos tickets, ecryptfs keys) is
+	// no business of the agent's: it gets an empty one of its own.
+	if _, err := unix.KeyctlInt(unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("new session keyring: %w", err)
+	}
 	if err := dropCaps(); err != nil {
 		return 0, err
 	}

@@ -280,7 +280,10 @@ func (l *Launcher) sysProcAttr(network string, cg *cgroup) *syscall.SysProcAttr 
 	}
 	uid, gid := os.Getuid(), os.Getgid()
 	a := &syscall.SysProcAttr{
-		Setpgid:     true,
+		// A session of its own: the server's controlling terminal (a
+		// developer's shell) is no /dev/tty of the agent's. Its process
+		// group is its pid, as Setpgid would make it, for killGroup.
+		Setsid:      true,
 		Pdeathsig:   syscall.SIGKILL,
 		Cloneflags:  flags,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},

@@ -252,9 +252,10 @@ func TestConfinement(t *testing.T) {
 					"cmdline-server": "/proc/" + server + "/cmdline",
 				}),
 				"HOSTILE_WRITE": joinTargets(map[string]string{
-					"host-tmp": hostTmp,
-					"data-dir": filepath.Join(dataDir, "hostile"),
-					"home":     filepath.Join(home, "hostile"),
+					"agent-log": "../agent.log", // from its work dir: the server's file, next to it
+					"host-tmp":  hostTmp,
+					"data-dir":  filepath.Join(dataDir, "hostile"),
+					"home":      filepath.Join(home, "hostile"),
 				}),
 				"HOSTILE_SEE":    joinTargets(map[string]string{"agent": agentA, "server": server}),
 				"HOSTILE_KILL":   "victim=" + strconv.Itoa(killMe),
@@ -299,6 +300,9 @@ func TestConfinement(t *testing.T) {
 				if _, err := os.Stat(leaked); err == nil {
 					t.Errorf("the agent wrote %s", leaked)
 				}
+			}
+			if r["write:agent-log"].OK {
+				t.Error("the agent wrote its agent.log, which the server opens again at every boot")
 			}
 			if err := syscall.Kill(killMe, 0); err != nil {
 				t.Errorf("the victim is gone: %v", err)

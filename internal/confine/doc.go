@@ -19,7 +19,8 @@
 //   - drops every capability the agent would inherit;
 //   - applies Landlock to itself and so to everything it starts: the
 //     system read-only, the agent's install directory read-only, the
-//     sandbox directory read-write, a few device files, and, where the
+//     sandbox's work, home and tmp read-write (not the sandbox directory:
+//     the server's agent.log is there), a few device files, and, where the
 //     kernel's Landlock ABI has them, the signal and abstract unix socket
 //     scopes; no_new_privs comes with it;
 //   - starts the agent, reaps every orphan, forwards SIGTERM, SIGINT and

@@ -55,7 +55,7 @@ func restrict(sp spec) error {
 		landlock.RODirs(systemDirs...).IgnoreIfMissing(),
 		landlock.RODirs("/proc", "/sys").IgnoreIfMissing(),
 		dev(landlock.RWFiles(devices...)).IgnoreIfMissing(),
-		rw(sp.Sandbox),
+		rw(sp.Own...),
 	}
 	for _, p := range sp.Read {
 		if isDir(p) {

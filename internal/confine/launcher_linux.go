@@ -175,6 +175,7 @@ func (l *Launcher) spec(cmd *exec.Cmd, sandbox string) (spec, error) {
 	if real, err := filepath.EvalSymlinks(sandbox); err == nil {
 		sandbox = real
 	}
+	home, tmp = filepath.Join(sandbox, "home"), filepath.Join(sandbox, "tmp")
 	read := append(installPaths(real, l.protect), l.opts.ReadPaths...)
 	// /etc/resolv.conf is often a link into /run (systemd-resolved): what
 	// it points to is read for name resolution.
@@ -182,11 +183,14 @@ func (l *Launcher) spec(cmd *exec.Cmd, sandbox string) (spec, error) {
 		read = append(read, rc)
 	}
 	return spec{
-		Path:     real,
-		Args:     cmd.Args,
-		Env:      privateEnv(cmd.Env, l.home, filepath.Join(sandbox, "home"), filepath.Join(sandbox, "tmp")),
-		Dir:      dir,
-		Sandbox:  sandbox,
+		Path:    real,
+		Args:    cmd.Args,
+		Env:     privateEnv(cmd.Env, l.home, home, tmp),
+		Dir:     dir,
+		Sandbox: sandbox,
+		// Not the sandbox directory itself: agent.log is there, which the
+		// server opens again at every boot.
+		Own:      []string{dir, home, tmp},
 		Read:     read,
 		Write:    l.opts.WritePaths,
 		Mask:     masks(l.home),

@@ -31,7 +31,8 @@ type spec struct {
 	Env  []string // its whole environment
 	Dir  string   // its working directory
 
-	Sandbox string   // read-write: the sandbox directory (work, home, tmp)
+	Sandbox string   // the sandbox directory, kept visible under the covers
+	Own     []string // read-write: the working directory, the sandbox's home and tmp
 	Read    []string // read-only files and directories: install dirs, interpreter, operator paths
 	Write   []string // read-write operator paths
 	Mask    []string // directories covered by an empty tmpfs, but for the paths above

@@ -382,10 +382,10 @@ func TestServeFailsClosed(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	p := &serveProc{t: t, cmd: cmd, token: "", hc: &http.Client{Timeout: 10 * time.Second}, streams: &http.Client{},
 		serving: make(chan struct{}), exited: make(chan struct{}), lines: make(chan string, 1024)}
-	go p.readLog(stderr)
+	go p.readLog(stderr) // reaps the process too
+	t.Cleanup(p.kill)
 	p.waitServing()
 	p.waitLog(`"isolation":"off"`)
 }

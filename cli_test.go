@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/sparklestest"
 )
@@ -25,6 +26,9 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if confine.IsEntry(os.Args) {
+		confine.Main() // the agent launcher of a Main run by a test
+	}
 	dir, err := os.MkdirTemp("", "sparkles-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

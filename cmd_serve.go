@@ -12,12 +12,15 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/agent"
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/sparkles-dev/sparkles/metrics"
 	"github.com/sparkles-dev/sparkles/natsstore"
 	"github.com/sparkles-dev/sparkles/retention"
@@ -49,6 +52,12 @@ func newServeCommand() *cli.Command {
 			&cli.DurationFlag{Name: "retention-interval", Value: retention.DefaultInterval, EnvVars: []string{"SPARKLES_RETENTION_INTERVAL"}, Usage: "time between retention passes"},
 			&cli.IntFlag{Name: "retention-batch", Value: retention.DefaultBatch, EnvVars: []string{"SPARKLES_RETENTION_BATCH"}, Usage: "deletes per retention write transaction"},
 			&cli.StringSliceFlag{Name: "cors-origin", EnvVars: []string{"SPARKLES_CORS_ORIGINS"}, Usage: "a browser origin (scheme://host[:port]) whose pages may call the API (repeatable; env var comma-separated); none by default"},
+			&cli.StringFlag{Name: "isolation", Value: "on", EnvVars: []string{"SPARKLES_ISOLATION"}, Usage: "on: confine agent processes to their sandbox (user, PID and mount namespaces, Landlock, limits), and refuse to start where the kernel cannot; off: run them with the server user's rights"},
+			&cli.StringFlag{Name: "agent-network", Value: confine.NetworkOpen, EnvVars: []string{"SPARKLES_AGENT_NETWORK"}, Usage: "open: agents use the host's network (their model API); none: a network of their own with only loopback"},
+			&cli.StringSliceFlag{Name: "agent-read-path", EnvVars: []string{"SPARKLES_AGENT_READ_PATHS"}, Usage: "a file or directory every confined agent may read, beyond the system and its install (repeatable; env var comma-separated)"},
+			&cli.StringSliceFlag{Name: "agent-write-path", EnvVars: []string{"SPARKLES_AGENT_WRITE_PATHS"}, Usage: "a file or directory every confined agent may read and write, beyond its sandbox (repeatable; env var comma-separated)"},
+			&cli.IntFlag{Name: "agent-max-procs", Value: confine.DefaultMaxProcs, EnvVars: []string{"SPARKLES_AGENT_MAX_PROCS"}, Usage: "processes and threads of one confined agent (cgroup pids.max, and RLIMIT_NPROC on Linux 5.14+)"},
+			&cli.StringFlag{Name: "agent-memory-max", Value: "4G", EnvVars: []string{"SPARKLES_AGENT_MEMORY_MAX"}, Usage: "memory of one confined agent (cgroup memory.max, when the server's cgroup is delegated to it), e.g. 512M or 4G"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SPARKLES_LOG_FORMAT"}, Usage: "text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SPARKLES_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 		},
@@ -72,6 +81,10 @@ func newServeCommand() *cli.Command {
 			if _, ok := agents[c.String("default-agent")]; !ok {
 				return fmt.Errorf("--default-agent %q is not a registered agent", c.String("default-agent"))
 			}
+			mem, err := parseSize(c.String("agent-memory-max"))
+			if err != nil {
+				return fmt.Errorf("--agent-memory-max %q: want a size such as 512M or 4G", c.String("agent-memory-max"))
+			}
 			m := &Main{
 				Addr:            c.String("addr"),
 				DataDir:         c.String("data-dir"),
@@ -92,6 +105,14 @@ func newServeCommand() *cli.Command {
 					MaxEvents: c.Int("retention-max-events"),
 					Interval:  c.Duration("retention-interval"),
 					Batch:     c.Int("retention-batch"),
+				},
+				Isolation: c.String("isolation"),
+				Confine: confine.Options{
+					Network:    c.String("agent-network"),
+					ReadPaths:  c.StringSlice("agent-read-path"),
+					WritePaths: c.StringSlice("agent-write-path"),
+					MaxProcs:   c.Int("agent-max-procs"),
+					MemoryMax:  mem,
 				},
 				Logger: logger,
 			}
@@ -170,6 +191,12 @@ type Main struct {
 	CORSOrigins     []string
 	Retention       retention.Config // Store, DataDir, Logger and Observer are set by Run
 	Logger          *slog.Logger
+	// Isolation "off" runs agent processes with the server user's rights;
+	// anything else, the zero value included, confines them (Confine says
+	// how; its DataDir and Logger are set by Run) and Run fails where this
+	// machine cannot.
+	Isolation string
+	Confine   confine.Options
 
 	Metrics     *metrics.Metrics
 	Store       Store
@@ -178,6 +205,8 @@ type Main struct {
 	Coordinator *coordinator.Coordinator
 	Server      *server.Server
 	Listener    net.Listener
+	Launcher    *confine.Launcher // nil when agents run unconfined
+	isolation   string            // what confines agents, for /readyz and the log
 	serveErr    chan error
 }
 
@@ -192,6 +221,9 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	token, tokenPath, err := loadToken(m.DataDir, m.Token)
 	if err != nil {
+		return err
+	}
+	if err := m.openLauncher(); err != nil {
 		return err
 	}
 	m.Metrics = metrics.New()
@@ -209,6 +241,7 @@ func (m *Main) Run(ctx context.Context) error {
 		DataDir:         m.DataDir,
 		Agents:          m.Agents,
 		DefaultAgent:    m.DefaultAgent,
+		Launcher:        launcher(m.Launcher),
 		BootTimeout:     m.BootTimeout,
 		TurnTimeout:     m.TurnTimeout,
 		ApprovalTimeout: m.ApprovalTimeout,
@@ -240,6 +273,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Metrics:     m.Metrics.Handler(),
 		Observer:    m.Metrics,
 		Ready:       m.ready,
+		Isolation:   m.isolation,
 		Static:      web.Handler(),
 	})
 	l, err := m.Server.Listen(m.Addr)
@@ -260,8 +294,68 @@ func (m *Main) Run(ctx context.Context) error {
 			m.Logger.Warn("listening beyond this machine: anyone who can reach this address and holds the token controls the agents", "addr", l.Addr().String())
 		}
 	}
-	m.Logger.Info("sparkles is serving", "console", "http://"+l.Addr().String()+"/", "api", "http://"+l.Addr().String()+"/v1", "data_dir", m.DataDir)
+	m.Logger.Info("sparkles is serving", "console", "http://"+l.Addr().String()+"/", "api", "http://"+l.Addr().String()+"/v1", "data_dir", m.DataDir, "isolation", m.isolation)
 	return nil
+}
+
+// openLauncher confines agent processes unless isolation is off, and
+// fails, naming the flag that switches it off, where the machine cannot:
+// never run agents unconfined without being told to.
+func (m *Main) openLauncher() error {
+	switch {
+	case m.Isolation == "off":
+		if m.Confine.Network == confine.NetworkNone {
+			return errors.New("--agent-network none needs isolation; drop --isolation=off")
+		}
+		m.isolation = "off"
+		m.Logger.Warn("agents run unconfined, with the server user's rights (--isolation=off)")
+		return nil
+	case m.Isolation != "" && m.Isolation != "on":
+		return fmt.Errorf("--isolation %q: want on or off", m.Isolation)
+	case len(m.Agents) == 0:
+		m.isolation = "none needed: no agent processes"
+		return nil
+	}
+	opts := m.Confine
+	opts.DataDir, opts.Logger = m.DataDir, m.Logger
+	l, err := confine.New(opts)
+	var bad *confine.OptionError
+	if errors.As(err, &bad) {
+		flag := map[string]string{"Network": "--agent-network", "ReadPaths": "--agent-read-path", "WritePaths": "--agent-write-path"}[bad.Field]
+		return fmt.Errorf("%s %s", flag, bad.Msg)
+	}
+	if err != nil {
+		return fmt.Errorf("agents cannot be confined on this machine: %v; pass --isolation=off (SPARKLES_ISOLATION=off) to run them unconfined, with the server user's rights", err)
+	}
+	m.Launcher, m.isolation = l, l.Isolation()
+	m.Logger.Info("agents are confined", append([]any{"isolation", m.isolation}, l.LogAttrs()...)...)
+	return nil
+}
+
+// launcher keeps a nil *confine.Launcher from becoming a non-nil interface.
+func launcher(l *confine.Launcher) agent.Launcher {
+	if l == nil {
+		return nil
+	}
+	return l
+}
+
+// parseSize reads a byte count with an optional K, M or G (binary) suffix.
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1<<10, strings.TrimSuffix(s, "K")
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1<<20, strings.TrimSuffix(s, "M")
+	case strings.HasSuffix(s, "G"):
+		mult, s = 1<<30, strings.TrimSuffix(s, "G")
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, errors.New("not a size")
+	}
+	return n * mult, nil
 }
 
 // openStore opens the store StoreURL names and, on NATS, joins the cluster

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/urfave/cli/v2"
 )
 
@@ -22,6 +23,10 @@ type exitCode int
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 func main() {
+	if confine.IsEntry(os.Args) {
+		// serve re-executes this binary to start each agent confined.
+		confine.Main()
+	}
 	app := newApp()
 	if err := app.Run(os.Args); err != nil {
 		var code exitCode

@@ -67,6 +67,12 @@ type Config struct {
 	// StallTimeout is how long a write to the agent's stdin may make no
 	// progress before the agent is stopped as broken; 0 means 30s.
 	StallTimeout time.Duration
+
+	// Launcher, when set, starts the agent process confined to Sandbox,
+	// the sandbox directory (Dir is inside it; empty means Dir). Run
+	// agents are not processes and are never confined.
+	Launcher Launcher
+	Sandbox  string
 }
 
 // Kind tells what an Inbound value carries.
@@ -185,7 +191,7 @@ func Start(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 	var path string
 	if cfg.Run == nil {
-		if path, err = lookPath(cfg.Command[0], cfg.Env); err != nil {
+		if path, err = lookPath(cfg.Command[0]); err != nil {
 			files.close()
 			log.Warn("find agent command", "command", cfg.Command[0], "err", err)
 			return nil, errors.New("agent command was not found")

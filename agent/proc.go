@@ -19,8 +19,18 @@ type proc struct {
 	wait func() *ExitError // blocks until the agent has ended
 }
 
-// startCommand runs the agent as a process in a process group of its own.
-// The agent's ends of the pipes are closed here once the child holds them.
+// Launcher starts agent processes confined to their sandbox
+// (internal/confine implements it).
+type Launcher interface {
+	// Start starts cmd, whose only writable place is the directory
+	// sandbox, in place of cmd.Start; release is called once cmd has been
+	// waited for.
+	Start(cmd *exec.Cmd, sandbox string) (release func(), err error)
+}
+
+// startCommand runs the agent as a process in a process group of its own,
+// through cfg.Launcher when there is one. The agent's ends of the pipes are
+// closed here once the child holds them.
 func startCommand(cfg Config, dir, path string, env []string, stdin, stdout *os.File, grace time.Duration) (*proc, error) {
 	cmd := &exec.Cmd{
 		Path:      path,
@@ -33,7 +43,16 @@ func startCommand(cfg Config, dir, path string, env []string, stdin, stdout *os.
 		WaitDelay: grace, // bounds the copy of stderr held open by the agent's children
 	}
 	setProcessGroup(cmd)
-	err := cmd.Start()
+	release, err := func() {}, error(nil)
+	if cfg.Launcher != nil {
+		sandbox := cfg.Sandbox
+		if sandbox == "" {
+			sandbox = dir
+		}
+		release, err = cfg.Launcher.Start(cmd, sandbox)
+	} else {
+		err = cmd.Start()
+	}
 	stdin.Close()
 	stdout.Close()
 	if err != nil {
@@ -44,6 +63,7 @@ func startCommand(cfg Config, dir, path string, env []string, stdin, stdout *os.
 		kill: func() { killGroup(cmd) },
 		wait: func() *ExitError {
 			err := cmd.Wait()
+			release()
 			if st := cmd.ProcessState; st != nil {
 				return &ExitError{Code: st.ExitCode(), state: st.String()}
 			}
@@ -87,30 +107,13 @@ func startFunc(run func(context.Context, io.Reader, io.Writer, []string) error, 
 	}
 }
 
-// lookPath finds the agent command on the PATH of the agent's own
-// environment, which may differ from the server's; without one it falls back
-// to the server's.
-func lookPath(name string, env []string) (string, error) {
+// lookPath finds the agent command on the server's PATH: the operator's
+// choice of programs, never the PATH of the agent's environment, which a
+// sandbox's env sets (a sandbox must not choose what the server runs).
+// Relative PATH entries are refused (exec.ErrDot).
+func lookPath(name string) (string, error) {
 	if strings.ContainsRune(name, filepath.Separator) {
 		return name, nil
 	}
-	pathVar, found := "", false
-	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == "PATH" {
-			pathVar, found = v, true
-		}
-	}
-	if !found {
-		return exec.LookPath(name)
-	}
-	for _, d := range filepath.SplitList(pathVar) {
-		if !filepath.IsAbs(d) {
-			continue // a relative entry would resolve against the sandbox: not trusted
-		}
-		p := filepath.Join(d, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s: not found on the agent's PATH", name)
+	return exec.LookPath(name)
 }

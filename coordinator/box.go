@@ -324,6 +324,9 @@ func (b *box) boot() {
 		Dir:     work,
 		Env:     agentEnv(cfg),
 		Logger:  b.log(),
+
+		Launcher: b.c.cfg.Launcher,
+		Sandbox:  b.dir(),
 	}
 	timeout := b.c.cfg.BootTimeout
 	go func() {
@@ -333,7 +336,7 @@ func (b *box) boot() {
 			res.err = errors.New("the sandbox directory could not be created")
 			return
 		}
-		logf, err := os.OpenFile(filepath.Join(b.dir(), "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		logf, err := openAgentLog(filepath.Join(b.dir(), "agent.log"), agentLogMax)
 		if err == nil {
 			acfg.Stderr = logf
 		}

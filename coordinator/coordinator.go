@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/agent"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -31,6 +32,9 @@ type Config struct {
 	// maps runs as the builtin.
 	Builtins     map[string]BuiltinAgent
 	DefaultAgent string
+	// Launcher, when set, starts every agent process confined to its
+	// sandbox directory (internal/confine); builtins are not processes.
+	Launcher agent.Launcher
 
 	BootTimeout     time.Duration // default 30s
 	TurnTimeout     time.Duration // default 30m

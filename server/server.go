@@ -66,6 +66,9 @@ type Config struct {
 	// Ready, when set, is asked by /readyz: nil means ready (the store is
 	// open, the retention loop runs). /readyz needs no token, like /healthz.
 	Ready func() error
+	// Isolation names what confines the agents' processes, for /readyz:
+	// e.g. "landlock+namespaces", or "off".
+	Isolation string
 	// Observer is told about streams, for metrics; nil observes nothing.
 	Observer Observer
 	// CORSOrigins are the browser origins (scheme://host[:port]) allowed
@@ -215,11 +218,11 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	if s.cfg.Ready != nil {
 		if err := s.cfg.Ready(); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": err.Error()})
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": err.Error(), "isolation": s.cfg.Isolation})
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "isolation": s.cfg.Isolation})
 }
 
 // guard authenticates a request for its route and answers the handler's

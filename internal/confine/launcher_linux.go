@@ -1,0 +1,393 @@
+package confine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxProcs  = 1024
+	DefaultMemoryMax = 4 << 30
+	defaultNoFile    = 8192
+)
+
+// Options say what agents may do beyond their sandbox.
+type Options struct {
+	// Network is NetworkOpen (the default) or NetworkNone.
+	Network string
+	// ReadPaths and WritePaths are what the operator adds to what every
+	// agent may read, and read and write: absolute, existing paths.
+	ReadPaths, WritePaths []string
+	// MaxProcs bounds an agent's processes and threads (cgroup pids.max,
+	// and RLIMIT_NPROC where the kernel counts it per user namespace);
+	// 0 means DefaultMaxProcs.
+	MaxProcs int
+	// MemoryMax bounds an agent's memory when a cgroup is available
+	// (memory.max); 0 means DefaultMemoryMax.
+	MemoryMax int64
+	// DataDir is the server's data dir: no path given to an agent may
+	// contain it, and the probe makes its scratch sandbox there.
+	DataDir string
+	Logger  *slog.Logger
+}
+
+// Launcher starts agents confined. It implements agent.Launcher.
+type Launcher struct {
+	opts    Options
+	abi     int
+	home    string   // the server user's home, covered in the agent's view
+	self    string   // this binary, readable by the probe's check
+	protect []string // what no given path may contain
+	nproc   bool     // RLIMIT_NPROC counts per user namespace here
+	cg      *cgroups // nil: rlimits only
+	cgWhy   string   // why there are no cgroup limits
+}
+
+// New checks that this machine can confine agents, by starting the
+// launcher once on a scratch sandbox and checking from inside what it
+// does, and returns the Launcher. Its error says what is missing.
+func New(opts Options) (*Launcher, error) {
+	if opts.Network == "" {
+		opts.Network = NetworkOpen
+	}
+	if opts.Network != NetworkOpen && opts.Network != NetworkNone {
+		return nil, &OptionError{"Network", fmt.Sprintf("%q: want %s or %s", opts.Network, NetworkOpen, NetworkNone)}
+	}
+	if opts.MaxProcs <= 0 {
+		opts.MaxProcs = DefaultMaxProcs
+	}
+	if opts.MemoryMax <= 0 {
+		opts.MemoryMax = DefaultMemoryMax
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	l := &Launcher{opts: opts, abi: landlockABI()}
+	if err := requireLandlock(l.abi); err != nil {
+		return nil, err
+	}
+	var err error
+	if l.self, err = filepath.EvalSymlinks("/proc/self/exe"); err != nil {
+		return nil, fmt.Errorf("find this binary: %w", err)
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		l.home = filepath.Clean(home)
+	}
+	for _, p := range []string{opts.DataDir, l.home} {
+		if p == "" {
+			continue
+		}
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
+		l.protect = append(l.protect, p)
+	}
+	if l.opts.ReadPaths, err = cleanPaths("ReadPaths", opts.ReadPaths, l.protect); err != nil {
+		return nil, err
+	}
+	if l.opts.WritePaths, err = cleanPaths("WritePaths", opts.WritePaths, l.protect); err != nil {
+		return nil, err
+	}
+	l.nproc = kernelAtLeast(5, 14)
+	l.cg, l.cgWhy = openCgroups()
+	if err := l.probe(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// requireLandlock refuses a kernel without Landlock: the namespaces alone
+// would leave the agent every file the server user can open.
+func requireLandlock(abi int) error {
+	if abi < 1 {
+		return errors.New("the kernel has no Landlock (it needs Linux 5.13 or later with landlock in its lsm= list)")
+	}
+	return nil
+}
+
+// Isolation names what confines agents, for /readyz and the start-up log.
+func (l *Launcher) Isolation() string { return "landlock+namespaces" }
+
+// LogAttrs describe the confinement for the start-up log line.
+func (l *Launcher) LogAttrs() []any {
+	limits := "rlimits"
+	if l.cg != nil {
+		limits = "cgroup+rlimits"
+	}
+	attrs := []any{"landlock_abi", l.abi, "network", l.opts.Network, "limits", limits}
+	if l.cg == nil {
+		attrs = append(attrs, "no_cgroup", l.cgWhy)
+	}
+	if l.abi < 6 {
+		attrs = append(attrs, "weaker", "this kernel's Landlock cannot scope signals or abstract unix sockets (ABI 6)")
+	}
+	return attrs
+}
+
+// Start starts cmd, an agent whose sandbox directory is sandbox, through
+// the launcher. cmd keeps its stdio; its Path, Args, Env and Dir become the
+// spec, and the process started is the launcher. release must be called
+// once cmd has been waited for.
+func (l *Launcher) Start(cmd *exec.Cmd, sandbox string) (release func(), err error) {
+	sp, err := l.spec(cmd, sandbox)
+	if err != nil {
+		return nil, err
+	}
+	return l.start(cmd, sp)
+}
+
+func (l *Launcher) spec(cmd *exec.Cmd, sandbox string) (spec, error) {
+	sandbox, err := filepath.Abs(sandbox)
+	if err != nil {
+		return spec{}, err
+	}
+	home, tmp := filepath.Join(sandbox, "home"), filepath.Join(sandbox, "tmp")
+	for _, d := range []string{sandbox, home, tmp} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return spec{}, err
+		}
+	}
+	path := cmd.Path
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(cmd.Dir, path)
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return spec{}, fmt.Errorf("resolve agent command: %w", err)
+	}
+	dir := cmd.Dir
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	if real, err := filepath.EvalSymlinks(sandbox); err == nil {
+		sandbox = real
+	}
+	home, tmp = filepath.Join(sandbox, "home"), filepath.Join(sandbox, "tmp")
+	read := append(installPaths(real, l.protect), l.opts.ReadPaths...)
+	// /etc/resolv.conf is often a link into /run (systemd-resolved): what
+	// it points to is read for name resolution.
+	if rc, err := filepath.EvalSymlinks("/etc/resolv.conf"); err == nil && !inSystem(rc) {
+		read = append(read, rc)
+	}
+	return spec{
+		Path:    real,
+		Args:    cmd.Args,
+		Env:     privateEnv(cmd.Env, l.home, home, tmp),
+		Dir:     dir,
+		Sandbox: sandbox,
+		// Not the sandbox directory itself: agent.log is there, which the
+		// server opens again at every boot.
+		Own:      []string{dir, home, tmp},
+		Read:     read,
+		Write:    l.opts.WritePaths,
+		Mask:     masks(l.home),
+		Network:  l.opts.Network,
+		NoFile:   defaultNoFile,
+		MaxProcs: l.maxProcs(),
+		ABI:      l.abi,
+	}, nil
+}
+
+func (l *Launcher) maxProcs() uint64 {
+	if !l.nproc {
+		return 0 // counted per user across the machine: it would count the server's own
+	}
+	return uint64(l.opts.MaxProcs)
+}
+
+// privateEnv gives the agent its sandbox's home and temporary directory:
+// the server's HOME (the one the base environment passed on) becomes the
+// sandbox's, and TMPDIR is set unless the sandbox's env set one. A HOME the
+// sandbox's env chose is kept, as its env wins over the base (SPEC §9).
+func privateEnv(env []string, serverHome, home, tmp string) []string {
+	out := make([]string, 0, len(env)+2)
+	hasHome, hasTmp := false, false
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "HOME":
+			hasHome = true
+			if filepath.Clean(v) == serverHome || v == "" {
+				kv = "HOME=" + home
+			}
+		case "TMPDIR":
+			hasTmp = true
+		}
+		out = append(out, kv)
+	}
+	if !hasHome {
+		out = append(out, "HOME="+home)
+	}
+	if !hasTmp {
+		out = append(out, "TMPDIR="+tmp)
+	}
+	return out
+}
+
+// start starts the launcher for sp in place of cmd.
+func (l *Launcher) start(cmd *exec.Cmd, sp spec) (func(), error) {
+	body, err := json.Marshal(sp)
+	if err != nil {
+		return nil, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cg, err := l.cg.create(filepath.Base(sp.Sandbox), l.opts.MaxProcs, l.opts.MemoryMax)
+	if err != nil {
+		l.opts.Logger.Warn("agent cgroup", "err", err)
+	}
+	cmd.Path = "/proc/self/exe"
+	cmd.Args = []string{"sparkles", launcherArg}
+	cmd.Env = []string{}
+	cmd.ExtraFiles = []*os.File{r}
+	cmd.SysProcAttr = l.sysProcAttr(sp.Network, cg)
+	err = cmd.Start()
+	r.Close()
+	cg.closeFD()
+	if err != nil {
+		w.Close()
+		cg.remove()
+		return nil, fmt.Errorf("start the launcher: %w", err)
+	}
+	// The pipe buffer may be smaller than the spec: the launcher reads it
+	// while this writes. The write end stays open as the lifeline.
+	go func() { _, _ = w.Write(body) }()
+	return func() {
+		w.Close()
+		cg.remove()
+	}, nil
+}
+
+// sysProcAttr clones the launcher into namespaces of its own, as the
+// server's own uid and gid, with the capabilities it needs to build the
+// agent's view kept across its exec (ambient); they stay inside its user
+// namespace and it drops them for the agent.
+func (l *Launcher) sysProcAttr(network string, cg *cgroup) *syscall.SysProcAttr {
+	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS)
+	if network == NetworkNone {
+		flags |= unix.CLONE_NEWNET
+	}
+	uid, gid := os.Getuid(), os.Getgid()
+	a := &syscall.SysProcAttr{
+		// A session of its own: the server's controlling terminal (a
+		// developer's shell) is no /dev/tty of the agent's. Its process
+		// group is its pid, as Setpgid would make it, for killGroup.
+		Setsid:      true,
+		Pdeathsig:   syscall.SIGKILL,
+		Cloneflags:  flags,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
+		AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP},
+	}
+	if cg != nil {
+		a.UseCgroupFD, a.CgroupFD = true, cg.fd
+	}
+	return a
+}
+
+// probe starts the launcher once, on a scratch sandbox in the data dir,
+// with the check as its agent.
+func (l *Launcher) probe() error {
+	base := l.opts.DataDir
+	if base == "" {
+		base = os.TempDir()
+	}
+	scratch, err := os.MkdirTemp(base, ".confine-probe-")
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	canary := filepath.Join(scratch, "canary")
+	if err := os.WriteFile(canary, []byte("not for agents"), 0o600); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	sandbox := filepath.Join(scratch, "sandbox")
+	if err := os.MkdirAll(filepath.Join(sandbox, "work"), 0o700); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, l.self, checkArg, canary, filepath.Join(sandbox, "work", "probe"))
+	cmd.Dir = filepath.Join(sandbox, "work")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	sp, err := l.spec(cmd, sandbox)
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	sp.Read = append(sp.Read, l.self)
+	release, err := l.start(cmd, sp)
+	if err != nil {
+		return namespaceError(err)
+	}
+	err = cmd.Wait()
+	release()
+	var r report
+	if json.Unmarshal(stdout.Bytes(), &r) == nil && len(r.Failed) > 0 {
+		return fmt.Errorf("a confined process could still: %s", strings.Join(r.Failed, "; "))
+	}
+	if err != nil || !r.OK {
+		msg := strings.TrimSpace(stderr.String())
+		msg = strings.TrimPrefix(msg, "sparkles launcher: ")
+		if msg == "" {
+			msg = fmt.Sprint(err)
+		}
+		return fmt.Errorf("the launcher could not confine a process: %s%s", msg, apparmorHint())
+	}
+	return nil
+}
+
+// namespaceError says why the kernel refused the namespaces.
+func namespaceError(err error) error {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return err
+	}
+	var hint string
+	switch errno {
+	case syscall.EPERM, syscall.EACCES:
+		hint = " (unprivileged user namespaces are disabled: kernel.unprivileged_userns_clone, or a security module)"
+	case syscall.ENOSPC:
+		hint = " (user.max_user_namespaces is 0 or reached)"
+	case syscall.EINVAL:
+		hint = " (the kernel lacks user, PID or mount namespaces)"
+	}
+	return fmt.Errorf("the kernel refused new namespaces: %v%s", errno, hint)
+}
+
+// apparmorHint names Ubuntu's restriction of user namespaces, which lets
+// the clone succeed and the mounts fail.
+func apparmorHint() string {
+	if b, err := os.ReadFile("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); err == nil && strings.TrimSpace(string(b)) == "1" {
+		return " (AppArmor restricts unprivileged user namespaces: kernel.apparmor_restrict_unprivileged_userns=1; give this binary an AppArmor profile with userns, or set the sysctl to 0)"
+	}
+	return ""
+}
+
+// kernelAtLeast compares the running kernel's release with major.minor.
+func kernelAtLeast(major, minor int) bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	var ma, mi int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}

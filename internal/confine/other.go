@@ -1,0 +1,43 @@
+//go:build !linux
+
+package confine
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxProcs  = 1024
+	DefaultMemoryMax = 4 << 30
+)
+
+// Options say what agents may do beyond their sandbox; see the Linux build.
+type Options struct {
+	Network               string
+	ReadPaths, WritePaths []string
+	MaxProcs              int
+	MemoryMax             int64
+	DataDir               string
+	Logger                *slog.Logger
+}
+
+// Launcher confines agents on Linux only.
+type Launcher struct{}
+
+// New fails: confinement is built on Linux namespaces and Landlock.
+func New(Options) (*Launcher, error) {
+	return nil, errors.New("agent confinement needs Linux (namespaces and Landlock)")
+}
+
+func (*Launcher) Isolation() string { return "off" }
+func (*Launcher) LogAttrs() []any   { return nil }
+func (*Launcher) Start(*exec.Cmd, string) (func(), error) {
+	return nil, errors.New("agent confinement needs Linux")
+}
+
+// Main is never reached off Linux: nothing starts the launcher.
+func Main() { os.Exit(125) }

@@ -20,6 +20,7 @@ const (
 	EPayloadTooLarge      = "payload_too_large"
 	EUnsupportedMediaType = "unsupported_media_type"
 	EInternal             = "internal"
+	EUnavailable          = "unavailable"
 )
 
 // Error is an error of the public vocabulary: a type of SPEC §5 and a message

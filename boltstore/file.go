@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -14,19 +15,6 @@ import (
 
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
-
-// fileID names a file on its filesystem. While the store holds its file
-// open the inode cannot be reused, so a path that shows another id names
-// another file.
-type fileID struct{ dev, ino uint64 }
-
-func idOf(fi fs.FileInfo) fileID {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fileID{}
-	}
-	return fileID{dev: uint64(st.Dev), ino: st.Ino}
-}
 
 // lockRetry is how often a locked file is tried again, as bbolt does: a
 // flock cannot be waited on with a timeout.
@@ -39,47 +27,53 @@ const lockRetry = 50 * time.Millisecond
 // bbolt.ErrTimeout when another process holds the lock past timeout. A
 // file that is replaced at the path while the lock is awaited (db compact
 // swapping in its copy) is let go and the new one opened, so the store
-// never runs on a file no longer at its path.
-func openLocked(path string, flag int, exclusive bool, timeout time.Duration) (*os.File, fileID, error) {
-	how := syscall.LOCK_SH
-	if exclusive {
-		how = syscall.LOCK_EX
-	}
+// never runs on a file no longer at its path. It returns what the opened
+// file is, to compare the path with later.
+func openLocked(path string, flag int, exclusive bool, timeout time.Duration) (*os.File, fs.FileInfo, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		f, err := os.OpenFile(path, flag, 0o600)
 		if err != nil {
-			return nil, fileID{}, err
+			return nil, nil, err
 		}
 		for {
-			err = syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
-			if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			err = tryLock(f, exclusive)
+			if !errors.Is(err, errLocked) || time.Now().After(deadline) {
 				break
 			}
 			time.Sleep(lockRetry)
 		}
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, errLocked) {
 			f.Close()
-			return nil, fileID{}, bbolt.ErrTimeout
+			return nil, nil, bbolt.ErrTimeout
 		}
 		if err != nil {
 			f.Close()
-			return nil, fileID{}, err
+			return nil, nil, err
 		}
 		open, err := f.Stat()
 		if err != nil {
 			f.Close()
-			return nil, fileID{}, err
+			return nil, nil, err
 		}
-		at, err := os.Stat(path)
-		if err == nil && idOf(at) == idOf(open) {
-			return f, idOf(open), nil
+		if at, err := os.Stat(path); err == nil && os.SameFile(at, open) {
+			return f, open, nil
 		}
 		f.Close()
 		if time.Now().After(deadline) {
-			return nil, fileID{}, bbolt.ErrTimeout
+			return nil, nil, bbolt.ErrTimeout
 		}
 	}
+}
+
+// procPath is where the open file f can be read from while the store holds
+// it, even once no directory names it: its descriptor under /proc, on
+// Linux.
+func procPath(f *os.File) string {
+	if runtime.GOOS != "linux" {
+		return ""
+	}
+	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), f.Fd())
 }
 
 // handTo returns a bbolt OpenFile that gives bbolt f instead of opening the
@@ -153,7 +147,9 @@ func (s *Store) checkFile() error {
 		problem = "was deleted, or its directory was"
 	case err != nil:
 		problem = fmt.Sprintf("can no longer be found (%v)", unwrapPathErr(err))
-	case idOf(fi) != s.fileID:
+	case !os.SameFile(fi, s.opened):
+		// While the store holds its file open its inode cannot be
+		// reused, so another one at the path is another file.
 		problem = "was replaced by another file"
 	}
 	switch was := s.moved.Load(); {

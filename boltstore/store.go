@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"sync"
@@ -90,12 +91,12 @@ type Store struct {
 	limits    walLimits
 	observer  Observer // nil observes nothing
 
-	// The file: its path, its identity when opened, and its descriptor's
+	// The file: its path, what it was when opened, and its descriptor's
 	// name under /proc for the operator to copy it from. moved is set
 	// while the path names another file or none; checkFile, under
 	// watchMu, is the only writer.
 	path      string
-	fileID    fileID
+	opened    fs.FileInfo
 	openFile  string
 	moved     atomic.Bool
 	watchMu   sync.Mutex
@@ -230,7 +231,7 @@ func open(path string, opts Options, limits walLimits) (*Store, error) {
 	// be stopped from crashing the process on a damaged file (see
 	// verifyFile), and a file checked before the lock could be changing
 	// under a server that holds it.
-	f, id, err := openLocked(path, os.O_RDWR|os.O_CREATE, true, opts.Timeout)
+	f, opened, err := openLocked(path, os.O_RDWR|os.O_CREATE, true, opts.Timeout)
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return nil, fmt.Errorf("event store %s is in use by another sparkles process; stop that process or use another data dir (%w)", path, err)
 	}
@@ -287,8 +288,8 @@ func open(path string, opts Options, limits walLimits) (*Store, error) {
 	}
 	s := &Store{
 		path:      path,
-		fileID:    id,
-		openFile:  fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), f.Fd()),
+		opened:    opened,
+		openFile:  procPath(f),
 		stopWatch: make(chan struct{}),
 		db:        db,
 		log:       opts.Logger,

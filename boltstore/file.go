@@ -144,7 +144,7 @@ func (s *Store) checkFile() error {
 	fi, err := os.Stat(s.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
-		problem = "was deleted, or its directory was"
+		problem = "was deleted (or its directory was)"
 	case err != nil:
 		problem = fmt.Sprintf("can no longer be found (%v)", unwrapPathErr(err))
 	case !os.SameFile(fi, s.opened):
@@ -155,7 +155,7 @@ func (s *Store) checkFile() error {
 	switch was := s.moved.Load(); {
 	case problem != "" && !was:
 		s.moved.Store(true)
-		s.log.Error("event store: the database file "+problem+" under the running server. Writes are refused (503 unavailable) "+
+		s.log.Error("event store: the database file "+problem+" while the server runs. Writes are refused (503 unavailable) "+
 			"and /readyz fails until the same file is back at the path; reads serve what is open. The open file still holds every "+
 			"committed write: copy it to a safe place before stopping the server, or they are lost with it",
 			"path", s.path, "open_file", s.openFile)

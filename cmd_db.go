@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +17,7 @@ import (
 func newDBCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "db",
-		Usage: "inspect and compact the database file while the server is stopped",
+		Usage: "check, inspect and compact the database file while the server is stopped",
 		Subcommands: []*cli.Command{
 			{
 				Name:  "compact",
@@ -29,12 +30,36 @@ func newDBCommand() *cli.Command {
 					path := dbPath(c.String("data-dir"))
 					ctx, stop := signalContext(c.Context)
 					defer stop()
-					before, after, err := boltstore.CompactFile(ctx, path, boltstore.CompactOptions{})
+					before, after, err := boltstore.CompactFile(ctx, path, boltstore.CompactOptions{
+						Removed: func(p string, size int64) {
+							fmt.Fprintf(c.App.Writer, "removed %s (%s), the copy of an interrupted compaction\n", p, formatBytes(size))
+						},
+					})
 					if err != nil {
 						return err
 					}
 					fmt.Fprintf(c.App.Writer, "compacted %s: %s -> %s (%s given back)\n",
 						path, formatBytes(before), formatBytes(after), formatBytes(max(before-after, 0)))
+					return nil
+				},
+			},
+			{
+				Name:  "check",
+				Usage: "check the database file: every page, bbolt's consistency check and the store's own layout",
+				Description: "check reads the whole file read-only, as a server's start does and more: the structure of " +
+					"every page, bbolt's consistency check, and that each sandbox's log, state and write-ahead log agree. " +
+					"Run it on a copy before restoring it. It refuses while a server has the file open. It exits 1 if it finds a problem.",
+				Flags: []cli.Flag{dataDirFlag()},
+				Action: func(c *cli.Context) error {
+					path := dbPath(c.String("data-dir"))
+					if err := boltstore.CheckFile(c.Context, path, boltstore.CompactOptions{}); err != nil {
+						var damaged *boltstore.DamagedError
+						if errors.As(err, &damaged) {
+							return fmt.Errorf("%w; restore it from a copy that passes db check", err)
+						}
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "%s: no problem found\n", path)
 					return nil
 				},
 			},

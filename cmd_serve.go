@@ -24,6 +24,7 @@ import (
 	"github.com/sparkles-dev/sparkles/metrics"
 	"github.com/sparkles-dev/sparkles/natsstore"
 	"github.com/sparkles-dev/sparkles/retention"
+	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/server"
 	"github.com/sparkles-dev/sparkles/web"
 	"github.com/urfave/cli/v2"
@@ -37,6 +38,7 @@ func newServeCommand() *cli.Command {
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:7410", EnvVars: []string{"SPARKLES_ADDR"}, Usage: "listen address"},
 			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), EnvVars: []string{"SPARKLES_DATA_DIR"}, Usage: "where the database, the token file and sandbox directories live"},
 			&cli.StringFlag{Name: "store", EnvVars: []string{"SPARKLES_STORE"}, Usage: "event store: empty for the bbolt file in --data-dir, or nats://HOST:PORT for NATS JetStream shared by several coordinators"},
+			&cli.BoolFlag{Name: "start-empty", EnvVars: []string{"SPARKLES_START_EMPTY"}, Usage: "start with a new database even though the data dir's is missing or empty beside sandbox directories (their sandboxes are forgotten)"},
 			&cli.StringFlag{Name: "node-id", EnvVars: []string{"SPARKLES_NODE_ID"}, Usage: "this coordinator's name among those sharing a NATS store: letters, digits, - and _ (default: host name and process id)"},
 			&cli.DurationFlag{Name: "lease-ttl", Value: natsstore.DefaultLeaseTTL, EnvVars: []string{"SPARKLES_LEASE_TTL"}, Usage: "with a NATS store: how long after a coordinator stops renewing its leases another one takes its sandboxes over"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"SPARKLES_TOKEN"}, Usage: "bearer token of the API (default: generated once, kept in <data-dir>/token)"},
@@ -89,6 +91,7 @@ func newServeCommand() *cli.Command {
 				Addr:            c.String("addr"),
 				DataDir:         c.String("data-dir"),
 				StoreURL:        c.String("store"),
+				StartEmpty:      c.Bool("start-empty"),
 				NodeID:          c.String("node-id"),
 				LeaseTTL:        c.Duration("lease-ttl"),
 				Token:           c.String("token"),
@@ -197,6 +200,9 @@ type Main struct {
 	// machine cannot.
 	Isolation string
 	Confine   confine.Options
+	// StartEmpty lets the bbolt store start on a new file where the data
+	// dir's is missing or empty while sandbox directories remain.
+	StartEmpty bool
 
 	Metrics     *metrics.Metrics
 	Store       Store
@@ -208,6 +214,9 @@ type Main struct {
 	Launcher    *confine.Launcher // nil when agents run unconfined
 	isolation   string            // what confines agents, for /readyz and the log
 	serveErr    chan error
+	// writable, when set, says whether the store takes writes (the bbolt
+	// file is still at its path), for /readyz.
+	writable func() error
 }
 
 // Run opens everything and starts serving; it returns once the server
@@ -363,10 +372,18 @@ func parseSize(s string) (int64, error) {
 func (m *Main) openStore(ctx context.Context) (st Store, where string, err error) {
 	if m.StoreURL == "" {
 		where = filepath.Join(m.DataDir, "sparkles.db")
+		if err := m.checkDatabaseKept(where); err != nil {
+			return nil, "", err
+		}
 		bs, err := boltstore.Open(where, boltstore.Options{Timeout: time.Second, Logger: m.Logger, Observer: m.Metrics})
+		if _, ok := errors.AsType[*boltstore.DamagedError](err); ok {
+			return nil, "", fmt.Errorf("%w. Restore it from a copy that sparkles db check passes, "+
+				"or move it away and pass --start-empty to start without its sandboxes", err)
+		}
 		if err != nil {
 			return nil, "", err
 		}
+		m.writable = bs.Writable
 		return bs, where, nil
 	}
 	u, err := url.Parse(m.StoreURL)
@@ -429,6 +446,11 @@ func (m *Main) ready() error {
 	if _, _, err := m.Store.Sandboxes(context.Background(), "", 1); err != nil {
 		return fmt.Errorf("the database does not answer (%w); see the server log", err)
 	}
+	if m.writable != nil {
+		if err := m.writable(); err != nil {
+			return errors.New("the database file was deleted or replaced under the running server: it takes no writes; see the server log")
+		}
+	}
 	if !m.Retainer.Alive() {
 		return errors.New("the retention loop is not running or makes no progress; see the server log for its last error")
 	}
@@ -436,6 +458,38 @@ func (m *Main) ready() error {
 		return m.Cluster.Ready()
 	}
 	return nil
+}
+
+// checkDatabaseKept refuses to start on a new database where the data dir's
+// is missing or empty (0 bytes) while sandbox directories remain: that is a
+// database lost (deleted, truncated, a restore that failed), and starting
+// would forget every sandbox without a word. StartEmpty says to go on.
+func (m *Main) checkDatabaseKept(path string) error {
+	info, err := os.Stat(path)
+	if err == nil && info.Size() > 0 || err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil // a database, or an error the store's open reports
+	}
+	state := "missing"
+	if err == nil {
+		state = "empty (0 bytes)"
+	}
+	dir := filepath.Join(m.DataDir, "sandboxes")
+	entries, _ := os.ReadDir(dir)
+	boxes := 0
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), sandbox.PrefixSandbox) {
+			boxes++
+		}
+	}
+	if boxes == 0 {
+		return nil
+	}
+	if m.StartEmpty {
+		m.Logger.Warn("starting with a new database beside sandbox directories: their sandboxes are forgotten", "path", path, "was", state, "sandbox_dirs", boxes)
+		return nil
+	}
+	return fmt.Errorf("the database %s is %s, but %s holds %d sandbox directories, whose sandboxes it would forget. "+
+		"Restore the database from a copy, or pass --start-empty (SPARKLES_START_EMPTY=true) to start without them", path, state, dir, boxes)
 }
 
 func checkWritable(dir string) error {

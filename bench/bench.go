@@ -105,6 +105,7 @@ var scenarios = []scenario{
 	{"idle", "10,000 idle SSE connections: server memory per connection", runIdle, 5 * time.Minute},
 	{"replay", "replay of a 100,000-event log over SSE and JSON pages", runReplay, 10 * time.Minute},
 	{"stall", "a reader that never reads while others stream: server memory growth", runStall, 5 * time.Minute},
+	{"stall-snapshot", "300 readers that never read a 5 MB snapshot: server memory per connection", runStallSnapshot, 5 * time.Minute},
 }
 
 // Names lists the scenarios in the order they run.
@@ -249,7 +250,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Short:   cfg.Short,
 	}
 	rep.Note = fmt.Sprintf("client and server share this machine's %d CPUs (GOMAXPROCS=%d): append, latency, fanout and replay "+
-		"run both in one process; idle, stall and the second half of fanout run the server as a child process "+
+		"run both in one process; idle, stall, stall-snapshot and the second half of fanout run the server as a child process "+
 		"(memory read from its /proc status)",
 		rep.Machine.NumCPU, rep.Machine.GOMAXPROCS)
 	for _, s := range scenarios {

@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -34,7 +35,7 @@ const EnvChild = "SPARKLES_BENCH_CHILD"
 // JSON reply per line on its stdout. The first line it writes, unasked, is
 // its address and token. It exits when its stdin closes.
 type childRequest struct {
-	Op   string   `json:"op"` // create, load, stop, mem, profile, cpu
+	Op   string   `json:"op"` // create, tools, load, stop, mem, profile, cpu
 	N    int      `json:"n,omitempty"`
 	Fill int      `json:"fill,omitempty"` // events appended to each new sandbox
 	IDs  []string `json:"ids,omitempty"`
@@ -94,6 +95,10 @@ func RunChild(ctx context.Context, dir string, in io.Reader, out io.Writer) erro
 		case "create":
 			if rep.IDs, err = createSandboxes(ctx, l.coord, req.N); err == nil && req.Fill > 0 {
 				err = fill(ctx, l.coord, rep.IDs, req.Fill, req.Size)
+			}
+		case "tools":
+			if rep.IDs, err = createSandboxes(ctx, l.coord, 1); err == nil {
+				err = appendTools(ctx, l.coord, rep.IDs[0], req.Fill, req.Size)
 			}
 		case "load":
 			if ld != nil {
@@ -199,6 +204,32 @@ func fill(ctx context.Context, co *coordinator.Coordinator, ids []string, n, siz
 		}
 		return nil
 	})
+}
+
+// appendTools appends a turn with n tool calls to sandbox id, each with a
+// title of size bytes: the turn is left running, so every snapshot holds
+// them all.
+func appendTools(ctx context.Context, co *coordinator.Coordinator, id string, n, size int) error {
+	const turn = "turn_bench"
+	err := co.AppendEvents(ctx, id, &sandbox.Event{Type: sandbox.TypeTurnStarted, TurnID: turn, Data: &sandbox.TurnStarted{Input: sandbox.TextInput("bench")}})
+	if err != nil {
+		return err
+	}
+	title := strings.Repeat("t", size)
+	for done := 0; done < n; {
+		evs := make([]*sandbox.Event, min(1000, n-done))
+		for i := range evs {
+			evs[i] = &sandbox.Event{Type: sandbox.TypeToolUpdated, TurnID: turn, Data: &sandbox.ToolUpdated{
+				ToolCallID: fmt.Sprintf("tool_%06d", done+i), Title: title, Kind: "read", Status: "completed",
+				Locations: []sandbox.Location{{Path: fmt.Sprintf("src/file_%06d.go", done+i)}},
+			}}
+		}
+		if err := co.AppendEvents(ctx, id, evs...); err != nil {
+			return err
+		}
+		done += len(evs)
+	}
+	return nil
 }
 
 // loader appends events to sandboxes at a steady rate: one goroutine per

@@ -71,7 +71,7 @@ func runStall(ctx context.Context, r *runner) error {
 	}
 
 	r.logf("stalling one reader for %s", d)
-	stalled, err := stallReader(ctx, c.addr, c.token, ids[0])
+	stalled, err := stallReader(ctx, c.addr, c.token, ids[0], 0)
 	if err != nil {
 		return err
 	}
@@ -177,15 +177,16 @@ func peakMem(ctx context.Context, c *child, d time.Duration, subs []*subscriber)
 	}
 }
 
-// stallReader asks for a stream from since=0 and never reads a byte of the
-// answer: the server's writes fill the socket buffers and then block.
-func stallReader(ctx context.Context, addr, token, id string) (net.Conn, error) {
+// stallReader asks for a stream (after since, or without a cursor when
+// since is negative) and never reads a byte of the answer: the server's
+// writes fill the socket buffers and then block.
+func stallReader(ctx context.Context, addr, token, id string, since int64) (net.Conn, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Write(streamRequest(addr, token, id, 0)); err != nil {
+	if _, err := conn.Write(streamRequest(addr, token, id, since)); err != nil {
 		conn.Close()
 		return nil, err
 	}

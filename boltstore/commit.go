@@ -294,6 +294,9 @@ func (s *Store) newBatch(base *txn) *batch {
 func (b *batch) add(r *request) {
 	err := r.ctx.Err()
 	if err == nil {
+		err = b.t.s.refused(r.w)
+	}
+	if err == nil {
 		var txErr error
 		if err, txErr = r.w.apply(b.t); txErr != nil {
 			err = txErr
@@ -361,7 +364,7 @@ func (s *Store) land(fl *flight, err error) {
 	if err != nil {
 		s.log.Error("event store commit failed", "requests", len(b.reqs), "err", err)
 		s.forget(b.t)
-		b.fail(fmt.Errorf("commit to event store: %w", err))
+		b.fail(s.failedCommit(err))
 	} else {
 		if s.afterCommit != nil {
 			s.afterCommit(b.t.lastIDs())
@@ -512,6 +515,11 @@ func applyAll(t *txn, reqs []*request, errs []error) error {
 			errs[i] = err
 			continue
 		}
+		// Queued before the file went from its path.
+		if err := t.s.refused(r.w); err != nil {
+			errs[i] = err
+			continue
+		}
 		reqErr, txErr := r.w.apply(t)
 		if txErr != nil {
 			return txErr
@@ -562,7 +570,7 @@ func (s *Store) updateTxn(t *txn, fn func(t *txn) error, hook bool) error {
 		return nil
 	case err != nil:
 		s.forget(t)
-		return fmt.Errorf("commit to event store: %w", err)
+		return s.failedCommit(err)
 	}
 	if hook && s.afterCommit != nil {
 		s.afterCommit(t.lastIDs())

@@ -31,6 +31,9 @@ type CompactOptions struct {
 	// file; holding that lock longer than the store's open timeout makes it
 	// fail as "in use" instead of running on a file no longer at the path.
 	LockGrace time.Duration
+	// Removed, when set, is told of each copy an interrupted compaction
+	// had left, which CompactFile removes before it starts.
+	Removed func(path string, size int64)
 }
 
 func (o *CompactOptions) defaults() {
@@ -57,6 +60,9 @@ func CompactFile(ctx context.Context, path string, opts CompactOptions) (before,
 	info, err := os.Stat(path)
 	if err != nil {
 		return 0, 0, fmt.Errorf("no database at %s: %w", path, unwrapPathErr(err))
+	}
+	if err := removeLeftCopies(path, opts.Removed); err != nil {
+		return 0, 0, err
 	}
 	src, err := openOffline(path, opts.Timeout)
 	if err != nil {
@@ -121,18 +127,82 @@ func CompactFile(ctx context.Context, path string, opts CompactOptions) (before,
 	return before, tinfo.Size(), nil
 }
 
-// openOffline opens the file read-only. bbolt still takes a shared lock, so
-// a running server (which holds it exclusively) makes this fail, and a
-// server cannot start while it is held.
+// removeLeftCopies removes the copies interrupted compactions left, if no
+// process holds the store file: a compaction under way holds a shared lock
+// on it for as long as its copy exists, so with the exclusive lock taken
+// here none is in use. When the file is locked (a server, a stats, another
+// compaction) they stay for the next run.
+func removeLeftCopies(path string, removed func(string, int64)) error {
+	f, _, err := openLocked(path, os.O_RDONLY, true, 0)
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cannot open %s: %w", path, unwrapPathErr(err))
+	}
+	defer f.Close()
+	if err := removeCompactCopies(path, removed); err != nil {
+		return fmt.Errorf("cannot remove the copy an interrupted compaction left: %w", unwrapPathErr(err))
+	}
+	return nil
+}
+
+// openOffline opens the file read-only, with a shared lock, so a running
+// server (which holds it exclusively) makes this fail, and a server cannot
+// start while it is held. The file is checked before bbolt maps it, as the
+// server's open does.
 func openOffline(path string, timeout time.Duration) (*bbolt.DB, error) {
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: timeout, PreLoadFreelist: true})
+	f, _, err := openLocked(path, os.O_RDONLY, false, timeout)
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return nil, ErrInUse
 	}
 	if err != nil {
+		return nil, fmt.Errorf("cannot open %s: %w", path, unwrapPathErr(err))
+	}
+	if err := verifyOpen(f, path); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var db *bbolt.DB
+	err = guard(path, nil, func() error {
+		var err error
+		db, err = bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: timeout, PreLoadFreelist: true, OpenFile: handTo(f)})
+		return err
+	})
+	if err != nil {
+		if db == nil {
+			f.Close()
+		}
+		var damaged *DamagedError
+		if errors.As(err, &damaged) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("cannot open %s: %w", path, err)
 	}
 	return db, nil
+}
+
+// CheckFile checks the store file at path without starting a store: the
+// structure of every page (as a server's open does), then bbolt's
+// consistency check and the store's own layout (see Store.Check). Like
+// ReadStats it opens the file read-only and refuses with ErrInUse while a
+// server runs. A damaged file is a *DamagedError.
+func CheckFile(ctx context.Context, path string, opts CompactOptions) error {
+	opts.defaults()
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("no database at %s: %w", path, unwrapPathErr(err))
+	}
+	db, err := openOffline(path, opts.Timeout)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	err = guard(path, nil, (&Store{db: db}).Check)
+	var damaged *DamagedError
+	if err != nil && !errors.As(err, &damaged) {
+		err = &DamagedError{Path: path, Problem: err.Error()}
+	}
+	return err
 }
 
 func copyCompacted(ctx context.Context, src *bbolt.DB, dstPath string, opts CompactOptions) error {

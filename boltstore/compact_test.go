@@ -264,3 +264,69 @@ func TestReadStats(t *testing.T) {
 		}
 	})
 }
+
+// TestCompactLeftCopies: the copy a compaction killed half-way leaves
+// beside the file is removed by the next compaction and by the next open
+// of the store, but not while a compaction may still be writing it, and
+// nothing that only looks like one is touched.
+func TestCompactLeftCopies(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sparkles.db")
+	fillAndPrune(t, path)
+	leave := func(name string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, make([]byte, 8192), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	exists := func(p string) bool {
+		_, err := os.Stat(p)
+		return err == nil
+	}
+	kept := []string{leave("sparkles.db.compact-notdigits"), leave("other.db.compact-1"), leave("sparkles.db.compact-")}
+
+	t.Run("Compact", func(t *testing.T) {
+		left := leave("sparkles.db.compact-1234567")
+		var removed []string
+		opts := fastCompact
+		opts.Removed = func(p string, size int64) { removed = append(removed, p) }
+		if _, _, err := CompactFile(context.Background(), path, opts); err != nil {
+			t.Fatal(err)
+		}
+		if exists(left) || len(removed) != 1 || removed[0] != left {
+			t.Fatalf("removed %v; %s still there: %v", removed, left, exists(left))
+		}
+	})
+	t.Run("InUse", func(t *testing.T) {
+		// A compaction under way holds a shared lock on the file for as
+		// long as its copy exists.
+		running, err := openOffline(path, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := leave("sparkles.db.compact-7654321")
+		opts := fastCompact
+		opts.Removed = func(p string, size int64) { t.Errorf("removed %s while a compaction may write it", p) }
+		if _, _, err := CompactFile(context.Background(), path, opts); err != nil {
+			t.Fatal(err)
+		}
+		running.Close()
+		if !exists(left) {
+			t.Fatalf("%s was removed while a compaction may write it", left)
+		}
+	})
+	t.Run("Open", func(t *testing.T) {
+		left := leave("sparkles.db.compact-42")
+		MustOpenStoreAt(t, path, Options{})
+		if exists(left) {
+			t.Fatalf("the store's open left %s", left)
+		}
+	})
+	for _, p := range kept {
+		if !exists(p) {
+			t.Fatalf("%s, not a copy of a compaction, was removed", p)
+		}
+	}
+}

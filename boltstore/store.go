@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +38,10 @@ type Options struct {
 	// Observer is told of every commit of appends, for metrics; nil
 	// observes nothing.
 	Observer Observer
+	// WatchInterval is how often the store checks that its file is still
+	// the one at its path (default 2s; see doc.go, The file under the
+	// store).
+	WatchInterval time.Duration
 }
 
 // Observer is told how many events one group commit made durable, how
@@ -84,6 +90,17 @@ type Store struct {
 	maxBatch  int
 	limits    walLimits
 	observer  Observer // nil observes nothing
+
+	// The file: its path, what it was when opened, and its descriptor's
+	// name under /proc for the operator to copy it from. moved is set
+	// while the path names another file or none; checkFile, under
+	// watchMu, is the only writer.
+	path      string
+	opened    fs.FileInfo
+	openFile  string
+	moved     atomic.Bool
+	watchMu   sync.Mutex
+	stopWatch chan struct{}
 
 	reqs    chan *request
 	closeMu sync.RWMutex // held for reading while a request is queued
@@ -207,30 +224,73 @@ func open(path string, opts Options, limits walLimits) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	db, err := bbolt.Open(path, 0o600, boltOptions(opts.Timeout))
+	if opts.WatchInterval <= 0 {
+		opts.WatchInterval = defaultWatchInterval
+	}
+	// The file is locked and checked before bbolt maps it: bbolt cannot
+	// be stopped from crashing the process on a damaged file (see
+	// verifyFile), and a file checked before the lock could be changing
+	// under a server that holds it.
+	f, opened, err := openLocked(path, os.O_RDWR|os.O_CREATE, true, opts.Timeout)
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return nil, fmt.Errorf("event store %s is in use by another sparkles process; stop that process or use another data dir (%w)", path, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cannot open event store %s: %w", path, err)
+		return nil, fmt.Errorf("cannot open event store %s: %w", path, unwrapPathErr(err))
 	}
+	if err := verifyOpen(f, path); err != nil {
+		f.Close()
+		return nil, err
+	}
+	bopts := boltOptions(opts.Timeout)
+	bopts.OpenFile = handTo(f)
+	var db *bbolt.DB
 	var replayed int
-	err = db.Update(func(tx *bbolt.Tx) error {
-		if _, err := tx.CreateBucketIfNotExists(bucketSandboxes); err != nil {
-			return err
-		}
+	err = guard(path, opts.Logger, func() error {
 		var err error
-		replayed, err = replayWAL(tx)
+		if db, err = bbolt.Open(path, 0o600, bopts); err != nil {
+			return fmt.Errorf("cannot open event store %s: %w", path, err)
+		}
+		// The first read pass: the WAL and every sandbox it names.
+		err = db.Update(func(tx *bbolt.Tx) error {
+			if _, err := tx.CreateBucketIfNotExists(bucketSandboxes); err != nil {
+				return err
+			}
+			var err error
+			if replayed, err = replayWAL(tx); err != nil {
+				return &DamagedError{Path: path, Problem: fmt.Sprintf("its write-ahead log cannot be replayed (%v)", err)}
+			}
+			return nil
+		})
+		if _, ok := errors.AsType[*DamagedError](err); err != nil && !ok {
+			return fmt.Errorf("cannot initialize event store %s: %w", path, err)
+		}
 		return err
 	})
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("cannot initialize event store %s: %w", path, err)
+		if db != nil {
+			db.Close()
+		} else {
+			f.Close() // not closed by bbolt if it panicked; closing twice is harmless
+		}
+		return nil, err
 	}
 	if replayed > 0 {
 		opts.Logger.Info("event store: replayed the WAL of an unclean shutdown", "path", path, "entries", replayed)
 	}
+	// The exclusive lock is held: no compaction runs, so a copy of one
+	// beside the file was left by one that was interrupted.
+	err = removeCompactCopies(path, func(p string, size int64) {
+		opts.Logger.Info("event store: removed the copy an interrupted db compact left", "path", p, "bytes", size)
+	})
+	if err != nil {
+		opts.Logger.Warn("event store: cannot remove the copy an interrupted db compact left", "err", err)
+	}
 	s := &Store{
+		path:      path,
+		opened:    opened,
+		openFile:  procPath(f),
+		stopWatch: make(chan struct{}),
 		db:        db,
 		log:       opts.Logger,
 		now:       opts.Now,
@@ -242,10 +302,14 @@ func open(path string, opts Options, limits walLimits) (*Store, error) {
 		sandboxes: make(map[string]*entry),
 		tails:     make(map[string]*entry),
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		s.commitLoop()
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.watchLoop(opts.WatchInterval)
 	}()
 	return s, nil
 }
@@ -261,6 +325,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	close(s.reqs)
+	close(s.stopWatch)
 	s.closeMu.Unlock()
 	s.wg.Wait()
 
@@ -292,6 +357,9 @@ func (s *Store) enqueue(ctx context.Context, w write) (*request, error) {
 	defer s.closeMu.RUnlock()
 	if s.closed {
 		return nil, ErrClosed
+	}
+	if err := s.refused(w); err != nil {
+		return nil, err
 	}
 	select {
 	case s.reqs <- r:

@@ -20,6 +20,7 @@ const (
 	EPayloadTooLarge      = "payload_too_large"
 	EUnsupportedMediaType = "unsupported_media_type"
 	EInternal             = "internal"
+	EUnavailable          = "unavailable"
 )
 
 // ErrAgent is the sandbox.error (and turn.completed error) code of a prompt

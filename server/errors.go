@@ -30,6 +30,8 @@ func statusOf(typ string) int {
 		return http.StatusRequestEntityTooLarge
 	case sandbox.EUnsupportedMediaType:
 		return http.StatusUnsupportedMediaType
+	case sandbox.EUnavailable:
+		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
 	}

@@ -109,6 +109,8 @@ type Server struct {
 
 	httpSrv  *http.Server
 	shutOnce sync.Once
+
+	snapshots snapshotCache // see sse.go
 }
 
 // Body and timing limits.

@@ -80,13 +80,17 @@ func TestAgentConformance(t *testing.T) {
 			script := &fakemodel.Script{}
 			model := httptest.NewServer(a.Model(script))
 			t.Cleanup(model.Close)
-			env, secrets, err := a.Setup(model.URL, t.TempDir())
+			home := t.TempDir()
+			env, secrets, err := a.Setup(model.URL, home)
 			if err != nil {
 				t.Fatal(err)
 			}
 			runConformance(t, conformanceAgent{
-				name:     a.Name,
-				register: []string{"--agent", a.Name + "=" + strings.Join(argv, " ")},
+				name: a.Name,
+				// The adapter's config files (a HOME, a CODEX_HOME) are
+				// the test's: the confined agent is let write them, as an
+				// operator lets an agent keep state outside its sandbox.
+				register: []string{"--agent", a.Name + "=" + strings.Join(argv, " "), "--agent-write-path", home},
 				env:      env,
 				secrets:  secrets,
 				script:   script,
@@ -110,6 +114,13 @@ func runConformance(t *testing.T, a conformanceAgent) {
 	p := startServe(t, cliEnv(t), dataDir, token, args...)
 	p.waitServing()
 	t.Cleanup(func() { killStrays(t, dataDir) })
+	// Every scenario runs with the agent confined, as serve runs it by
+	// default.
+	var ready struct{ Isolation string }
+	p.mustCall(http.MethodGet, "/readyz", nil, http.StatusOK, &ready)
+	if ready.Isolation == "" || ready.Isolation == "off" {
+		t.Fatalf("agents are not confined (isolation %q)", ready.Isolation)
+	}
 
 	secrets := map[string]string{"CONFORMANCE_CANARY": "canary-7d1f0e9b2c"}
 	for k, v := range a.secrets {

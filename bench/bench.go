@@ -106,6 +106,7 @@ var scenarios = []scenario{
 	{"replay", "replay of a 100,000-event log over SSE and JSON pages", runReplay, 10 * time.Minute},
 	{"stall", "a reader that never reads while others stream: server memory growth", runStall, 5 * time.Minute},
 	{"stall-snapshot", "300 readers that never read a 5 MB snapshot: server memory per connection", runStallSnapshot, 5 * time.Minute},
+	{"size", "the store file against what it holds: 100,000 events in one sandbox, then a prune of half and as many appends", runSize, 10 * time.Minute},
 }
 
 // Names lists the scenarios in the order they run.

@@ -26,6 +26,7 @@ import (
 // takes), and the HTTP server on a loopback port.
 type local struct {
 	store   *boltstore.Store
+	path    string // the store's file
 	coord   *coordinator.Coordinator
 	srv     *server.Server
 	streams streamCounter
@@ -46,7 +47,8 @@ func (c *streamCounter) StreamClosed()     { c.open.Add(-1) }
 func (c *streamCounter) Delivered(n int)   { c.delivered.Add(int64(n)) }
 
 func startLocal(dir string, logger *slog.Logger) (*local, error) {
-	st, err := boltstore.Open(filepath.Join(dir, "sparkles.db"), boltstore.Options{Logger: logger})
+	path := filepath.Join(dir, "sparkles.db")
+	st, err := boltstore.Open(path, boltstore.Options{Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +57,7 @@ func startLocal(dir string, logger *slog.Logger) (*local, error) {
 		st.Close()
 		return nil, err
 	}
-	l := &local{store: st, coord: co, token: newToken(), done: make(chan error, 1)}
+	l := &local{store: st, path: path, coord: co, token: newToken(), done: make(chan error, 1)}
 	l.srv = server.New(server.Config{Backend: co, Token: l.token, Logger: logger, Observer: &l.streams})
 	ln, err := l.srv.Listen("127.0.0.1:0")
 	if err != nil {

@@ -264,7 +264,9 @@ func checkLayout(tx *bbolt.Tx) []error {
 		var st struct {
 			Sandbox sandbox.Marks `json:"sandbox"`
 		}
-		if err := json.Unmarshal(b.Get(keyState), &st); err != nil {
+		if err := decodeState(b, new(sandbox.State)); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox %s: decode state: %w", id, err))
+		} else if err := json.Unmarshal(stateHead(b), &st); err != nil {
 			errs = append(errs, fmt.Errorf("sandbox %s: decode state: %w", id, err))
 		} else if st.Sandbox != meta {
 			errs = append(errs, fmt.Errorf("sandbox %s: meta marks %+v, state marks %+v", id, meta, st.Sandbox))

@@ -246,15 +246,11 @@ func (t *txn) flush() error {
 		if err != nil {
 			return fmt.Errorf("sandbox %s: encode meta: %w", p.id, err)
 		}
-		state, err := json.Marshal(p.state)
-		if err != nil {
-			return fmt.Errorf("sandbox %s: encode state: %w", p.id, err)
-		}
 		if err := p.b.Put(keyMeta, meta); err != nil {
 			return err
 		}
-		if err := p.b.Put(keyState, state); err != nil {
-			return err
+		if err := putState(p.b, p.state); err != nil {
+			return fmt.Errorf("sandbox %s: %w", p.id, err)
 		}
 		if err := putJSON(p.b.Bucket(bucketTurns), p.turns); err != nil {
 			return fmt.Errorf("sandbox %s: %w", p.id, err)

@@ -557,15 +557,11 @@ func (r *replaying) flush(id string) error {
 	if err != nil {
 		return fmt.Errorf("sandbox %s: encode meta: %w", id, err)
 	}
-	state, err := json.Marshal(r.state)
-	if err != nil {
-		return fmt.Errorf("sandbox %s: encode state: %w", id, err)
-	}
 	if err := r.b.Put(keyMeta, meta); err != nil {
 		return err
 	}
-	if err := r.b.Put(keyState, state); err != nil {
-		return err
+	if err := putState(r.b, r.state); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	if err := r.b.Put(keyWALMark, idKey(r.mark)); err != nil {
 		return err

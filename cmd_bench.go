@@ -17,7 +17,7 @@ func newBenchCommand() *cli.Command {
 		Description: "Starts its own servers on temporary stores, in this process or, where the server's memory is\n" +
 			"measured, in a child process, drives them with a loopback client in this process, runs the\n" +
 			"scenarios one after the other and prints each figure with its conditions and target. Scenarios:\n" +
-			"append, latency, fanout, idle, replay, stall, stall-snapshot, size. The full run takes a few minutes; --short checks\n" +
+			"append, latency, fanout, idle, replay, stall, stall-snapshot, coldstart, size. The full run takes a few minutes; --short checks\n" +
 			"that every scenario works in seconds.",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "scenario", EnvVars: []string{"SPARKLES_BENCH_SCENARIO"}, Usage: "scenarios to run, comma-separated (default: all)"},
@@ -46,6 +46,7 @@ func newBenchCommand() *cli.Command {
 				Short:        c.Bool("short"),
 				Dir:          c.String("dir"),
 				ChildCommand: []string{exe, "bench"},
+				ServeCommand: []string{exe, "serve"},
 				Log:          os.Stderr,
 				ProfileDir:   c.String("profile"),
 			})

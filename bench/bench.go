@@ -38,6 +38,10 @@ type Config struct {
 	// scenarios: it must call RunChild when EnvChild is set (sparkles runs
 	// `sparkles bench`; a test binary runs itself).
 	ChildCommand []string
+	// ServeCommand, when set, starts `sparkles serve` (flags are added),
+	// which the coldstart scenario times; without it, it times the child
+	// server.
+	ServeCommand []string
 	// Log receives progress lines and the servers' errors; nil discards.
 	Log io.Writer
 	// ProfileDir, when set, receives a CPU profile of each scenario
@@ -106,6 +110,7 @@ var scenarios = []scenario{
 	{"replay", "replay of a 100,000-event log over SSE and JSON pages", runReplay, 10 * time.Minute},
 	{"stall", "a reader that never reads while others stream: server memory growth", runStall, 5 * time.Minute},
 	{"stall-snapshot", "300 readers that never read a 5 MB snapshot: server memory per connection", runStallSnapshot, 5 * time.Minute},
+	{"coldstart", "start of a server on 2,000 sandboxes x 1,000 events (1.3 GB), page cache dropped: time to /healthz, RSS", runColdStart, 20 * time.Minute},
 	{"size", "the store file against what it holds: 100,000 events in one sandbox, then a prune of half and as many appends", runSize, 10 * time.Minute},
 }
 

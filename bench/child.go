@@ -382,6 +382,7 @@ func (c *child) close() {
 type procMem struct {
 	RSS  int64 // VmRSS: anonymous and file pages (bbolt's mmap) resident
 	Anon int64 // RssAnon: the heap, stacks and runtime, without the mmap
+	File int64 // RssFile: the pages of mapped files resident, bbolt's among them
 }
 
 func (c *child) mem() (procMem, error) { return readProcMem(c.cmd.Process.Pid) }
@@ -403,6 +404,8 @@ func readProcMem(pid int) (procMem, error) {
 			dst = &m.RSS
 		case "RssAnon":
 			dst = &m.Anon
+		case "RssFile":
+			dst = &m.File
 		default:
 			continue
 		}

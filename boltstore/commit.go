@@ -148,11 +148,16 @@ func (s *Store) commitLoop() {
 		s.carry(b)
 		fl = s.launch(b)
 	}
-	if s.keepWAL.Load() {
+	// A file found damaged is not written to again; one kept as a crash
+	// leaves it is left so.
+	if s.holdWAL() {
 		return
 	}
 	if err := s.materializeAll(); err != nil {
 		s.log.Error("event store: materializing the WAL at close failed; it is replayed at the next open", "err", err)
+	}
+	if err := s.syncFreelist(); err != nil {
+		s.log.Error("event store: writing the free-page list at close failed; the next open rebuilds it from every page", "err", err)
 	}
 }
 
@@ -341,7 +346,7 @@ func (s *Store) launch(b *batch) *flight {
 	s.commitMu.Lock()
 	fl := &flight{b: b, done: make(chan error, 1), start: time.Now()}
 	go func() {
-		fl.done <- s.db.Update(func(tx *bbolt.Tx) error {
+		fl.done <- s.updateDB(func(tx *bbolt.Tx) error {
 			if err := b.t.begin(tx); err != nil {
 				return err
 			}
@@ -399,7 +404,7 @@ func (s *Store) next() (*request, bool) {
 			return r, ok
 		default:
 		}
-		if s.walLen == 0 || s.keepWAL.Load() {
+		if s.walLen == 0 || s.holdWAL() {
 			r, ok := <-s.reqs
 			return r, ok
 		}
@@ -448,7 +453,7 @@ func (s *Store) carry(b *batch) {
 	if s.walOver(2) {
 		s.relieve()
 	}
-	if s.keepWAL.Load() || !s.walOver(1) || len(b.reqs) == 0 || b.t.base != nil {
+	if s.holdWAL() || !s.walOver(1) || len(b.reqs) == 0 || b.t.base != nil {
 		return
 	}
 	c, err := s.pickChunk(b.t)
@@ -463,7 +468,7 @@ func (s *Store) carry(b *batch) {
 // and keeps at it (the appends queued meanwhile wait: backpressure) while
 // it holds more than twice as much, until it is back under them.
 func (s *Store) relieve() {
-	if s.keepWAL.Load() {
+	if s.holdWAL() {
 		return
 	}
 	hard := s.walOver(2)
@@ -474,6 +479,11 @@ func (s *Store) relieve() {
 		}
 	}
 }
+
+// holdWAL tells the committer to leave the WAL as it is, but where a
+// write needs it: in tests that keep it as a crash would, and on a file
+// found damaged, which is not written again for the WAL's sake.
+func (s *Store) holdWAL() bool { return s.keepWAL.Load() || s.damaged.Load() }
 
 func (s *Store) walOver(factor int) bool {
 	l := s.limits
@@ -542,7 +552,7 @@ func (s *Store) updateTxn(t *txn, fn func(t *txn) error, hook bool) error {
 	defer s.commitMu.Unlock()
 
 	start := time.Now()
-	err := s.db.Update(func(tx *bbolt.Tx) error {
+	err := s.updateDB(func(tx *bbolt.Tx) error {
 		if err := t.begin(tx); err != nil {
 			return err
 		}

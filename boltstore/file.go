@@ -83,16 +83,17 @@ func handTo(f *os.File) func(string, int, os.FileMode) (*os.File, error) {
 }
 
 // verifyOpen checks the locked file f before bbolt maps it (see
-// verifyFile). An empty file is a new store, which bbolt initializes.
-func verifyOpen(f *os.File, path string) error {
+// verifyFile), whole or not, and reports whether the check was whole. An
+// empty file is a new store, which bbolt initializes.
+func verifyOpen(f *os.File, path string, whole bool) (bool, error) {
 	fi, err := f.Stat()
 	if err != nil {
-		return err
+		return false, err
 	}
 	if fi.Size() == 0 {
-		return nil
+		return false, nil
 	}
-	return verifyFile(f, fi.Size(), path)
+	return verifyFile(f, fi.Size(), path, whole)
 }
 
 // Watching the file (see doc.go, The file under the store). The interval
@@ -108,10 +109,13 @@ var errFileGone = &sandbox.Error{Type: sandbox.EUnavailable,
 
 // Writable reports whether the store takes writes: nil, or the typed
 // unavailable error every write gets once the database file is no longer
-// at its path.
+// at its path, or once it was found damaged.
 func (s *Store) Writable() error {
-	if s.moved.Load() {
+	switch {
+	case s.moved.Load():
 		return errFileGone
+	case s.damaged.Load():
+		return errFileDamaged
 	}
 	return nil
 }
@@ -152,16 +156,18 @@ func (s *Store) checkFile() error {
 		// reused, so another one at the path is another file.
 		problem = "was replaced by another file"
 	}
+	// Logged before the change is seen: whoever sees writes refused (or
+	// taken again) finds the line that says why.
 	switch was := s.moved.Load(); {
 	case problem != "" && !was:
-		s.moved.Store(true)
 		s.log.Error("event store: the database file "+problem+" while the server runs. Writes are refused (503 unavailable) "+
 			"and /readyz fails until the same file is back at the path; reads serve what is open. The open file still holds every "+
 			"committed write: copy it to a safe place before stopping the server, or they are lost with it",
 			"path", s.path, "open_file", s.openFile)
+		s.moved.Store(true)
 	case problem == "" && was:
-		s.moved.Store(false)
 		s.log.Info("event store: the database file is back at its path; writes are accepted again", "path", s.path)
+		s.moved.Store(false)
 	}
 	return s.Writable()
 }

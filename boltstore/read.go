@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -43,7 +44,7 @@ func (s *Store) loaded(id string, withState bool) (*entry, *sandbox.State, error
 	defer s.commitMu.Unlock()
 	var sb sandbox.Sandbox
 	var st *sandbox.State
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		b := sandboxBucket(tx, id)
 		if b == nil {
 			return notFound(id)
@@ -107,12 +108,29 @@ func (s *Store) Scan(ctx context.Context, id string, after uint64, limit int, fn
 	}
 	n := 0
 	if l.file {
-		if n, err = s.readFile(ctx, id, after, limit, l.upto, l.marks, false, fn); err != nil {
+		// fn runs inside the guarded transaction: a panic of its own is
+		// passed on as it is, not taken for a damaged file.
+		var inner any
+		call := func(rec sandbox.Record) (err error) {
+			defer func() {
+				if inner = recover(); inner != nil {
+					err = errCallerPanicked
+				}
+			}()
+			return fn(rec)
+		}
+		n, err = s.readFile(ctx, id, after, limit, l.upto, l.marks, false, call)
+		if inner != nil {
+			panic(inner)
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return each(l.mem[:min(len(l.mem), limit-n)], fn)
 }
+
+var errCallerPanicked = errors.New("the caller's function panicked")
 
 // located says where the records after a cursor are: in the file up to
 // upto (when file is set), then in mem, which memory holds.
@@ -184,7 +202,7 @@ func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int
 		decode = decodeRecord
 	}
 	n := 0
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		b := sandboxBucket(tx, id)
 		if b == nil {
 			return notFound(id)
@@ -208,7 +226,15 @@ func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int
 			return fmt.Errorf("sandbox %s: events bucket missing", id)
 		}
 		c := events.Cursor()
+		prev := after
 		for k, v := c.Seek(idKey(after + 1)); k != nil && n < limit && keyID(k) <= upto; k, v = c.Next() {
+			// The buckets below the top of the file are not checked at
+			// open (see doc.go): a damaged page must not serve ids out of
+			// order.
+			if len(k) != 8 || keyID(k) <= prev {
+				return &DamagedError{Path: s.path, Problem: fmt.Sprintf("the log of sandbox %s has event key %x after %d", id, k, prev), serving: true}
+			}
+			prev = keyID(k)
 			rec, err := decode(k, v)
 			if err != nil {
 				return fmt.Errorf("sandbox %s: %w", id, err)
@@ -280,7 +306,7 @@ func (s *Store) Sandboxes(ctx context.Context, after string, limit int) ([]sandb
 	}
 	var list []sandbox.Sandbox
 	more := false
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		c := tx.Bucket(bucketSandboxes).Cursor()
 		k, v := c.First()
 		if after != "" {
@@ -322,7 +348,7 @@ func (s *Store) Sandboxes(ctx context.Context, after string, limit int) ([]sandb
 // Config returns the private config given to Create.
 func (s *Store) Config(ctx context.Context, id string) ([]byte, error) {
 	var config []byte
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		b := sandboxBucket(tx, id)
 		if b == nil {
 			return notFound(id)
@@ -370,7 +396,7 @@ func (s *Store) Approval(ctx context.Context, sandboxID, approvalID string) (san
 // sandbox was last materialized is in its WAL tail, which Turn and Approval
 // look at first: a resource leaves the tail only once the file has it.
 func (s *Store) resource(sandboxID string, bucket []byte, id, kind string, v any) error {
-	return s.db.View(func(tx *bbolt.Tx) error {
+	return s.view(func(tx *bbolt.Tx) error {
 		b := sandboxBucket(tx, sandboxID)
 		if b == nil {
 			return notFound(sandboxID)

@@ -91,7 +91,7 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	}
 	var st Stats
 	var overlay map[string]*walStats
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		st.FileSize = tx.Size()
 		root := tx.Bucket(bucketSandboxes)
 		var err error
@@ -230,7 +230,7 @@ func (s *Store) Check() error {
 	if err := s.flush(context.Background()); err != nil {
 		return err
 	}
-	return s.db.View(func(tx *bbolt.Tx) error {
+	return s.view(func(tx *bbolt.Tx) error {
 		var errs []error
 		for err := range tx.Check() { // drain: the checker blocks on each send
 			errs = append(errs, err)

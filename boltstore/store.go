@@ -99,6 +99,7 @@ type Store struct {
 	opened    fs.FileInfo
 	openFile  string
 	moved     atomic.Bool
+	damaged   atomic.Bool // set once guard has caught bbolt failing on the file (markDamaged)
 	watchMu   sync.Mutex
 	stopWatch chan struct{}
 
@@ -238,9 +239,15 @@ func open(path string, opts Options, limits walLimits) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot open event store %s: %w", path, unwrapPathErr(err))
 	}
-	if err := verifyOpen(f, path); err != nil {
+	checkStart := time.Now()
+	whole, err := verifyOpen(f, path, false)
+	if err != nil {
 		f.Close()
 		return nil, err
+	}
+	if whole {
+		opts.Logger.Info("event store: the file was not closed by a server (a crash, or a kill): every page was checked before opening it",
+			"path", path, "took", time.Since(checkStart).Round(time.Millisecond))
 	}
 	bopts := boltOptions(opts.Timeout)
 	bopts.OpenFile = handTo(f)
@@ -252,7 +259,7 @@ func open(path string, opts Options, limits walLimits) (*Store, error) {
 			return fmt.Errorf("cannot open event store %s: %w", path, err)
 		}
 		// The first read pass: the WAL and every sandbox it names.
-		err = db.Update(func(tx *bbolt.Tx) error {
+		err = update(db, func(tx *bbolt.Tx) error {
 			if _, err := tx.CreateBucketIfNotExists(bucketSandboxes); err != nil {
 				return err
 			}
@@ -445,8 +452,20 @@ func boltOptions(timeout time.Duration) *bbolt.Options {
 		Timeout: timeout,
 		// The freelist grows with every page retention frees; writing it at
 		// every commit made appends after a large prune several times slower.
-		// bbolt rebuilds it from the pages on open instead (as etcd does).
+		// Commits leave it out, and Close writes it once (syncFreelist):
+		// bbolt reads it at the next open instead of rebuilding it from
+		// every page of the file, which only a crash leaves it to do.
 		NoFreelistSync: true,
 		FreelistType:   bbolt.FreelistMapType,
 	}
+}
+
+// syncFreelist writes the free-page list in a last commit, so that the next
+// open reads it instead of scanning every page of the file (see doc.go,
+// The file under the store). The committer calls it once it has stopped:
+// no other transaction writes meanwhile, and the first commit of the next
+// open frees the list's pages again.
+func (s *Store) syncFreelist() error {
+	s.db.NoFreelistSync = false
+	return s.updateDB(func(*bbolt.Tx) error { return nil })
 }

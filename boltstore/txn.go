@@ -322,7 +322,7 @@ func (s *Store) published(t *txn, id string) (*entry, *sandbox.State, error) {
 	} else {
 		// A batch prepared while a flight writes: that flight touches only
 		// sandboxes in memory, so the file shows this one as published.
-		err = s.db.View(func(tx *bbolt.Tx) error { return load(tx.Bucket(bucketSandboxes)) })
+		err = s.view(func(tx *bbolt.Tx) error { return load(tx.Bucket(bucketSandboxes)) })
 	}
 	if err != nil {
 		return nil, nil, err

@@ -7,8 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"log/slog"
-	"runtime/debug"
+	"slices"
 )
 
 // DamagedError says that the store file is not a whole bbolt file: cut
@@ -20,6 +19,9 @@ import (
 type DamagedError struct {
 	Path    string
 	Problem string
+
+	serving bool   // found while the store served (by guard, or a read), not at open
+	trace   string // its stack, for the log
 }
 
 func (e *DamagedError) Error() string {
@@ -93,21 +95,31 @@ func parseMeta(page []byte) fileMeta {
 
 // verifyFile checks the bbolt file f of size bytes before bbolt maps it:
 // the meta page bbolt will use, that the file holds every page it counts,
-// and the whole tree of pages from its root, with the checks bbolt's
-// free-page scan makes at open (each page named by its parent, of the
-// right kind, referenced once, its keys in order) plus the bounds it takes
-// for granted (every element, key and value within its page, every page id
-// within the file). What passes cannot make bbolt fault or panic on its
-// structure. It reads each page once, with plain reads: a page past the end
-// of the file is an error here, not a fault in a mapping.
-func verifyFile(f io.ReaderAt, size int64, path string) error {
-	_, err := walkFile(f, size, path)
-	return err
+// its free-page list, and the tree of pages from its root, with the checks
+// bbolt's free-page scan makes at open (each page named by its parent, of
+// the right kind, referenced once, its keys in order) plus the bounds it
+// takes for granted (every element, key and value within its page, every
+// page id within the file). It reads each page once, with plain reads: a
+// page past the end of the file is an error here, not a fault in a
+// mapping.
+//
+// With whole set, or when the file has no free-page list (bbolt then scans
+// every page at open, on a goroutine of its own where a panic cannot be
+// recovered), the walk goes through every page in use, and what passes
+// cannot make bbolt fault or panic on its structure. Otherwise it stops at
+// the top-level buckets' own trees (the WAL and the list of sandboxes):
+// what bbolt and the WAL replay read at open, a few pages per sandbox at
+// most, whatever the logs hold; the rest is read under guard as it is
+// used (see doc.go, The file under the store). It reports whether the
+// walk was whole.
+func verifyFile(f io.ReaderAt, size int64, path string, whole bool) (bool, error) {
+	v, err := walkFile(f, size, path, whole)
+	return v != nil && v.whole, err
 }
 
 // walkFile is verifyFile, returning the walk: its seen has the pages in
-// use.
-func walkFile(f io.ReaderAt, size int64, path string) (*verifier, error) {
+// use that it walked (not the free ones).
+func walkFile(f io.ReaderAt, size int64, path string, whole bool) (*verifier, error) {
 	damaged := func(format string, args ...any) error {
 		return &DamagedError{Path: path, Problem: fmt.Sprintf(format, args...)}
 	}
@@ -173,7 +185,8 @@ func walkFile(f io.ReaderAt, size int64, path string) (*verifier, error) {
 	if m.root < 2 || m.root >= m.hwm {
 		return nil, damaged("its root page %d is outside its %d pages", m.root, m.hwm)
 	}
-	v := &verifier{f: f, pageSize: ps, hwm: m.hwm, seen: make([]uint64, (m.hwm+63)/64), damaged: damaged}
+	v := &verifier{f: f, pageSize: ps, hwm: m.hwm, seen: make([]uint64, (m.hwm+63)/64), damaged: damaged,
+		whole: whole || m.freelist == noFreelist}
 	var free []uint64
 	if m.freelist != noFreelist {
 		var err error
@@ -181,11 +194,11 @@ func walkFile(f io.ReaderAt, size int64, path string) (*verifier, error) {
 			return nil, err
 		}
 	}
-	if _, err := v.tree(m.root, 0, nil, nil); err != nil {
+	if _, err := v.tree(m.root, 0, 0, nil, nil); err != nil {
 		return nil, err
 	}
 	for _, id := range free {
-		if v.mark(id) {
+		if v.seen[id/64]&(1<<(id%64)) != 0 {
 			return nil, damaged("page %d is both free and in use", id)
 		}
 	}
@@ -195,6 +208,7 @@ func walkFile(f io.ReaderAt, size int64, path string) (*verifier, error) {
 // verifier walks the pages of one file. seen has a bit per page id below
 // hwm, set once the page is referenced.
 type verifier struct {
+	whole    bool // into every bucket, else only the top-level buckets' trees
 	f        io.ReaderAt
 	pageSize int64
 	hwm      uint64
@@ -328,15 +342,24 @@ func (v *verifier) freelist(id uint64) ([]uint64, error) {
 			return nil, v.damaged("its free-page list names page %d, outside its %d pages", ids[i], v.hwm)
 		}
 	}
+	// bbolt writes the list sorted; one it would read with a page twice
+	// would hand that page out twice.
+	slices.Sort(ids)
+	for i := 1; i < len(ids); i++ {
+		if ids[i] == ids[i-1] {
+			return nil, v.damaged("its free-page list names page %d twice", ids[i])
+		}
+	}
 	return ids, nil
 }
 
-// tree checks the b-tree page id and what it holds, as bbolt's check
+// tree checks the b-tree page id (of a bucket nested nesting deep: 0 for
+// the root) and what it holds, as bbolt's check
 // orders keys: every key within [lo, hi) (nil for no bound), strictly
 // increasing, each branch key at most the first of its child's and above
 // the greatest of the child before. It returns the greatest key of the
 // subtree.
-func (v *verifier) tree(id uint64, depth int, lo, hi []byte) ([]byte, error) {
+func (v *verifier) tree(id uint64, depth, nesting int, lo, hi []byte) ([]byte, error) {
 	if depth > maxDepth {
 		return nil, v.damaged("its pages nest deeper than %d", maxDepth)
 	}
@@ -373,7 +396,7 @@ func (v *verifier) tree(id uint64, depth int, lo, hi []byte) ([]byte, error) {
 			if i+1 < p.count {
 				next = keys[i+1]
 			}
-			if top, err = v.tree(children[i], depth+1, key, next); err != nil {
+			if top, err = v.tree(children[i], depth+1, nesting, key, next); err != nil {
 				return nil, err
 			}
 			low = top
@@ -412,9 +435,13 @@ func (v *verifier) tree(id uint64, depth int, lo, hi []byte) ([]byte, error) {
 			buckets = append(buckets, bytes.Clone(b))
 		}
 		// Nested buckets last: their walks reuse the buffers from the
-		// depth below this one.
+		// depth below this one. A walk that is not whole stops at the
+		// buckets of the top-level buckets (nesting 2).
+		if !v.whole && nesting >= 1 {
+			buckets = nil
+		}
 		for _, b := range buckets {
-			if err := v.bucket(id, b, depth+1); err != nil {
+			if err := v.bucket(id, b, depth+1, nesting+1); err != nil {
 				return nil, err
 			}
 		}
@@ -428,9 +455,9 @@ func (v *verifier) tree(id uint64, depth int, lo, hi []byte) ([]byte, error) {
 
 // bucket checks a nested bucket from its value in the leaf page parent:
 // its own tree, or the page inlined in the value.
-func (v *verifier) bucket(parent uint64, value []byte, depth int) error {
+func (v *verifier) bucket(parent uint64, value []byte, depth, nesting int) error {
 	if root := ne.Uint64(value); root != 0 {
-		_, err := v.tree(root, depth, nil, nil)
+		_, err := v.tree(root, depth, nesting, nil, nil)
 		return err
 	}
 	// An inline bucket: a leaf page inside the value, which bbolt writes
@@ -475,22 +502,4 @@ func (v *verifier) order(id uint64, i int, key, prev, hi []byte) error {
 		return v.damaged("page %d: key %d is beyond its parent's next key", id, i)
 	}
 	return nil
-}
-
-// guard runs fn, a first use of a file by bbolt, so that a fault in its
-// mapping or a panic of bbolt's on the file's contents comes back as a
-// DamagedError instead of ending the process. verifyFile leaves bbolt
-// nothing to fail on in the file's structure; this is for what it cannot
-// see (a value bbolt decodes, the file changing under it).
-func guard(path string, log *slog.Logger, fn func() error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			if log != nil {
-				log.Debug("event store: bbolt panicked on the file", "path", path, "panic", r, "stack", string(debug.Stack()))
-			}
-			err = &DamagedError{Path: path, Problem: fmt.Sprintf("bbolt failed reading it (%v)", r)}
-		}
-	}()
-	return fn()
 }

@@ -10,6 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
 // damagedCopy copies the store file at from to a new data dir, lets damage
@@ -99,32 +103,101 @@ func TestOpenDamaged(t *testing.T) {
 }
 
 // TestOpenCorruptBytes damages a good file one byte at a time, near the
-// start of a page in use (its header, elements and first keys), and opens
-// it: each time the store opens it (the byte was in a value) or refuses it
-// with an error; the process never crashes. bbolt's own scan at open
-// faults on a page past the file, asserts on a page that names another,
-// and panics on a goroutine of its own for a key out of order or a page
-// referenced twice, so this holds only if the store finds those first.
+// start of a page in use (its header, elements and first keys), opens it
+// and reads and writes all of it: each time the store refuses it at open,
+// or opens it and every read and write either works (the byte was in a
+// value) or fails with an error; the process never crashes. A file a crash
+// left (no free-page list) is checked whole before bbolt maps it: bbolt's
+// scan at open then reads every page, faulting on a page past the file,
+// asserting on a page that names another and panicking on a goroutine of
+// its own for a key out of order or a page referenced twice, so the store
+// must find those first. A file a server closed is checked at its top, and
+// the pages below are read under guard as they are used.
 func TestOpenCorruptBytes(t *testing.T) {
-	good := filepath.Join(t.TempDir(), "sparkles.db")
-	s := MustOpenStoreAt(t, good, Options{})
+	for _, tc := range []struct {
+		name    string
+		crashed bool
+	}{{"Closed", false}, {"Crashed", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			orig, inUse := corruptible(t, tc.crashed)
+			r := rand.New(rand.NewPCG(5, 6))
+			n := 200
+			if testing.Short() {
+				n = 40
+			}
+			path := filepath.Join(t.TempDir(), "sparkles.db")
+			structural, refused, found := 0, 0, 0
+			for range n {
+				b := append([]byte(nil), orig...)
+				i := inUse[r.IntN(len(inUse))]*4096 + r.IntN(256)
+				b[i] ^= byte(1 + r.IntN(255))
+				if err := os.WriteFile(path, b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				// What db check, which reads every page, makes of it.
+				if _, ok := errors.AsType[*DamagedError](CheckFile(context.Background(), path, CompactOptions{})); ok {
+					structural++
+				}
+				s, err := Open(path, Options{})
+				if err != nil {
+					if _, ok := errors.AsType[*DamagedError](err); !ok {
+						t.Fatalf("byte %d: %v, want a DamagedError", i, err)
+					}
+					refused++
+					continue
+				}
+				if useAll(s) {
+					found++
+				}
+				s.Close()
+			}
+			t.Logf("%d damaged files: db check finds %d, the store's open refuses %d, reads and writes of the others find %d", n, structural, refused, found)
+			if structural < n/2 {
+				t.Fatalf("db check finds only %d of %d damaged files: the damage did not reach the structure", structural, n)
+			}
+			if tc.crashed && refused < structural {
+				t.Fatalf("the store's open refused %d of the %d files db check finds damaged", refused, structural)
+			}
+		})
+	}
+}
+
+// corruptible writes a store of a few sandboxes, closed as a server
+// closes it or left as a crash leaves it, and returns its bytes and its
+// pages in use.
+func corruptible(tb testing.TB, crashed bool) ([]byte, []int) {
+	tb.Helper()
+	good := filepath.Join(tb.TempDir(), "sparkles.db")
+	s := MustOpenStoreAt(tb, good, Options{})
 	for i := range 8 {
 		id := fmt.Sprintf("c_%d", i)
-		mustCreate(t, s, id)
+		mustCreate(tb, s, id)
 		for range 3 {
-			mustAppend(t, s, id, textEvents(100)...)
+			mustAppend(tb, s, id, textEvents(100)...)
 		}
 	}
+	if err := s.flush(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	if crashed {
+		// The last commit, an append, leaves the file without a free-page
+		// list, as every commit does; Close then writes nothing.
+		s.keepWAL.Store(true)
+		mustAppend(tb, s, "c_0", textEvents(1)...)
+	}
 	if err := s.Close(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	orig, err := os.ReadFile(good)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	v, err := walkFile(bytes.NewReader(orig), int64(len(orig)), good)
+	v, err := walkFile(bytes.NewReader(orig), int64(len(orig)), good, true)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
+	}
+	if synced := ne.Uint64(orig[pageHeaderSize+32:]) != noFreelist || ne.Uint64(orig[4096+pageHeaderSize+32:]) != noFreelist; synced == crashed {
+		tb.Fatalf("a free-page list written: %t, want %t", synced, !crashed)
 	}
 	var inUse []int
 	for id := uint64(2); id < v.hwm; id++ {
@@ -132,38 +205,95 @@ func TestOpenCorruptBytes(t *testing.T) {
 			inUse = append(inUse, int(id))
 		}
 	}
-	r := rand.New(rand.NewPCG(5, 6))
-	n := 200
-	if testing.Short() {
-		n = 40
-	}
-	path := filepath.Join(t.TempDir(), "sparkles.db")
-	opened, refused := 0, 0
-	for range n {
-		b := append([]byte(nil), orig...)
-		i := inUse[r.IntN(len(inUse))]*4096 + r.IntN(256)
-		b[i] ^= byte(1 + r.IntN(255))
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
+	return orig, inUse
+}
+
+// useAll reads everything the store holds (every sandbox, state and log)
+// and appends to every sandbox, and reports whether any of it met the
+// damage: an error, or the store refusing writes.
+func useAll(s *Store) (found bool) {
+	ctx := context.Background()
+	list, _, err := s.Sandboxes(ctx, "", 100)
+	found = err != nil
+	for _, sb := range list {
+		if _, err := s.State(ctx, sb.ID); err != nil {
+			found = true
 		}
-		s, err := Open(path, Options{})
-		if err != nil {
-			if _, ok := errors.AsType[*DamagedError](err); !ok {
-				t.Fatalf("byte %d: %v, want a DamagedError", i, err)
+		for after := uint64(0); ; {
+			recs, err := s.Read(ctx, sb.ID, after, 64)
+			if err != nil {
+				found = true
 			}
-			refused++
-			continue
+			if len(recs) == 0 {
+				break
+			}
+			after = recs[len(recs)-1].ID
 		}
-		opened++
-		// What opened is read through: the sandboxes and their states.
-		list, _, _ := s.Sandboxes(context.Background(), "", 100)
-		for _, sb := range list {
-			s.State(context.Background(), sb.ID)
+		if err := s.Append(ctx, sb.ID, textEvents(1), nil); err != nil {
+			found = true
 		}
-		s.Close()
 	}
-	t.Logf("%d damaged files opened, %d refused", opened, refused)
-	if refused < n/2 {
-		t.Fatalf("only %d of %d damaged files refused: the damage did not reach the structure", refused, n)
+	return found || s.Writable() != nil
+}
+
+// TestDamageWhileServing: a page deep in a file a server closed (a
+// sandbox's log) is not read at open; the store opens, and the reads that
+// reach the page fail with a DamagedError instead of ending the process,
+// after which writes are refused (the unavailable error, as /readyz says)
+// while the other sandboxes are still read. The whole check of db check
+// finds the page.
+func TestDamageWhileServing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sparkles.db")
+	s := MustOpenStoreAt(t, path, Options{})
+	for _, id := range []string{"c_1", "c_2"} {
+		mustCreate(t, s, id)
+		mustAppend(t, s, id, textEvents(500)...)
 	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root uint64
+	err = db.View(func(tx *bbolt.Tx) error {
+		root = uint64(sandboxBucket(tx, "c_1").Bucket(bucketEvents).Root())
+		return nil
+	})
+	db.Close()
+	if err != nil || root == 0 {
+		t.Fatalf("the events root of c_1: %d, %v", root, err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(b[root*4096 : (root+1)*4096])
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// Opened without the cleanup's check, which would find the damage.
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Writable(); err != nil {
+		t.Fatalf("writable before the damage is met: %v", err)
+	}
+	_, err = s.Read(context.Background(), "c_1", 0, 10)
+	wantDamaged(t, err, "bbolt failed reading it")
+	if err := s.Writable(); !sandbox.IsType(err, sandbox.EUnavailable) {
+		t.Fatalf("writable after the damage was met: %v, want the unavailable error", err)
+	}
+	if err := s.Append(context.Background(), "c_2", textEvents(1), nil); !sandbox.IsType(err, sandbox.EUnavailable) {
+		t.Fatalf("an append after the damage: %v, want the unavailable error", err)
+	}
+	if recs := mustRead(t, s, "c_2", 0, 10); len(recs) != 10 {
+		t.Fatalf("c_2 reads %d events, want 10", len(recs))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantDamaged(t, CheckFile(context.Background(), path, CompactOptions{}), "page")
 }

@@ -1,0 +1,270 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// runColdStart measures how long a server takes to start on a large data
+// dir, from the start of its process to the first answer of /healthz, and
+// what it holds in memory then. The data dir is built first: 2,000
+// sandboxes of 1,000 events each (about 1.3 GB of file), written by a child
+// server that then shuts down cleanly. The server timed is `sparkles serve`
+// when the bench runs from the sparkles binary (ServeCommand), the child
+// server otherwise. Each start is measured with the page cache dropped
+// (which needs root: without it the cold start is skipped, and said so),
+// then warm; and once more cold after a server was killed (kill -9) right
+// after a write, so that the file was not closed.
+func runColdStart(ctx context.Context, r *runner) error {
+	sandboxes, events := pick(r, 2000, 20), pick(r, 1000, 50)
+	dir, cleanup, err := r.tempDir()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	r.logf("building a data dir of %d sandboxes x %d events", sandboxes, events)
+	c, err := startChild(ctx, r.cfg.ChildCommand, dir)
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, childRequest{Op: "create", N: sandboxes, Fill: events, Size: coldEventSize})
+	c.close()
+	if err != nil {
+		return err
+	}
+	// The sandboxes the child left ready are settled (stopped) by the
+	// first start of serve, an append each; a data dir a server left
+	// holds them settled already.
+	s, err := r.timedStart(ctx, dir)
+	if err != nil {
+		return err
+	}
+	s.stop()
+	fi, err := os.Stat(filepath.Join(dir, "sparkles.db"))
+	if err != nil {
+		return err
+	}
+	what := fmt.Sprintf("%d sandboxes x %d events of %d-byte text, a %.0f MiB file", sandboxes, events, coldEventSize, mib(fi.Size()))
+	server := "the bench's child server"
+	if len(r.cfg.ServeCommand) > 0 {
+		server = "sparkles serve"
+	}
+	dropped := canDropCaches()
+	if !dropped {
+		r.logf("not root: the page cache cannot be dropped (echo 3 > /proc/sys/vm/drop_caches), so the cold starts are skipped")
+	}
+	measure := func(name, cond string, cold bool, target time.Duration) error {
+		if cold && !dropped {
+			return nil
+		}
+		if cold {
+			if err := dropCaches(); err != nil {
+				return err
+			}
+		}
+		s, err := r.timedStart(ctx, dir)
+		if err != nil {
+			return err
+		}
+		defer s.stop()
+		f := Figure{Name: name, Value: ms(s.took), Unit: "ms",
+			Conditions: fmt.Sprintf("%s, from the start of the process to the first /healthz answer; %s; %s", server, what, cond)}
+		if target > 0 {
+			f.Target, f.Met = fmt.Sprintf("<= %s", target), atLeast(ms(target), ms(s.took))
+		}
+		r.add(f)
+		r.add(Figure{Name: "RSS after a " + name, Value: mib(s.mem.RSS), Unit: "MiB",
+			Conditions: fmt.Sprintf("VmRSS at the first /healthz answer: %.1f MiB anonymous, %.1f MiB of mapped files (RssFile), %.1f MiB of them the store file's mapping (smaps)",
+				mib(s.mem.Anon), mib(s.mem.File), mib(s.dbRSS))})
+		return nil
+	}
+	if err := measure("cold start", "page cache dropped first", true, time.Second); err != nil {
+		return err
+	}
+	if err := measure("warm start", "the file in the page cache", false, 0); err != nil {
+		return err
+	}
+	// A write, then a kill: the file is left as a crash leaves it.
+	c, err = startChild(ctx, r.cfg.ChildCommand, dir)
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, childRequest{Op: "create", N: 1})
+	_ = c.cmd.Process.Kill()
+	c.close()
+	if err != nil {
+		return err
+	}
+	return measure("cold start after a crash", "the server before it was killed (kill -9) after a write; page cache dropped first", true, 0)
+}
+
+// coldEventSize is the text of each event of the cold-start data dir: with
+// its envelope and its page's share, about 690 bytes of file, 1.3 GB for
+// 2,000,000 events.
+const coldEventSize = eventSize
+
+func canDropCaches() bool {
+	f, err := os.OpenFile("/proc/sys/vm/drop_caches", os.O_WRONLY, 0)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
+// dropCaches writes the dirty pages out and drops the page cache, so that
+// the next start reads the file from the disk.
+func dropCaches() error {
+	syscall.Sync()
+	return os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0)
+}
+
+// started is a server whose start was timed.
+type started struct {
+	took  time.Duration
+	mem   procMem
+	dbRSS int64 // of mem.File, the store file's mapping
+	stop  func()
+}
+
+// mappedRSS sums the resident bytes of the mappings of pid whose file is
+// named name, from /proc/PID/smaps.
+func mappedRSS(pid int, name string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	in := false
+	for line := range bytes.Lines(b) {
+		f := bytes.Fields(line)
+		switch {
+		case len(f) >= 5 && bytes.Contains(f[0], []byte("-")) && !bytes.HasSuffix(f[0], []byte(":")):
+			in = len(f) >= 6 && filepath.Base(string(f[len(f)-1])) == name
+		case in && len(f) >= 2 && string(f[0]) == "Rss:":
+			kb, err := strconv.ParseInt(string(f[1]), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/smaps: %q: %w", pid, line, err)
+			}
+			total += kb << 10
+		}
+	}
+	return total, nil
+}
+
+var servingLine = regexp.MustCompile(`msg="sparkles is serving".* api=http://([^/ ]+)/v1`)
+
+// timedStart starts a server on dir and times it to its first /healthz
+// answer: `sparkles serve` when ServeCommand is set, else the child server.
+func (r *runner) timedStart(ctx context.Context, dir string) (*started, error) {
+	if len(r.cfg.ServeCommand) == 0 {
+		start := time.Now()
+		c, err := startChild(ctx, r.cfg.ChildCommand, dir)
+		if err != nil {
+			return nil, err
+		}
+		if err := healthz(ctx, c.addr); err != nil {
+			c.close()
+			return nil, err
+		}
+		s := &started{took: time.Since(start), stop: c.close}
+		s.mem, err = c.mem()
+		if err == nil {
+			s.dbRSS, err = mappedRSS(c.cmd.Process.Pid, "sparkles.db")
+		}
+		if err != nil {
+			c.close()
+			return nil, err
+		}
+		return s, nil
+	}
+	argv := append(append([]string{}, r.cfg.ServeCommand...), "--data-dir", dir, "--addr", "127.0.0.1:0", "--log-format", "text")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	addr := make(chan string, 1)
+	tail := &tailBuffer{}
+	go func() {
+		defer close(exited)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			tail.Write(append(sc.Bytes(), '\n'))
+			if m := servingLine.FindSubmatch(sc.Bytes()); m != nil {
+				select {
+				case addr <- string(m[1]):
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		_ = cmd.Wait()
+	}()
+	var a string
+	select {
+	case a = <-addr:
+	case <-exited:
+		return nil, fmt.Errorf("sparkles serve exited before serving: %s", tail)
+	case <-ctx.Done():
+		stop()
+		return nil, ctx.Err()
+	}
+	if err := healthz(ctx, a); err != nil {
+		stop()
+		return nil, err
+	}
+	s := &started{took: time.Since(start), stop: stop}
+	s.mem, err = readProcMem(cmd.Process.Pid)
+	if err == nil {
+		s.dbRSS, err = mappedRSS(cmd.Process.Pid, "sparkles.db")
+	}
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// healthz asks a server at addr for /healthz once.
+func healthz(ctx context.Context, addr string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errors.New("/healthz answered " + resp.Status)
+	}
+	return nil
+}

@@ -56,6 +56,7 @@ type childReply struct {
 	Goroutines int      `json:"goroutines,omitempty"`
 	Streams    int64    `json:"streams"`
 	Delivered  int64    `json:"delivered,omitempty"`
+	Writes     int64    `json:"writes,omitempty"` // the batches the deliveries were written in
 	Err        string   `json:"err,omitempty"`
 }
 
@@ -131,7 +132,7 @@ func RunChild(ctx context.Context, dir string, in io.Reader, out io.Writer) erro
 		default:
 			err = fmt.Errorf("unknown op %q", req.Op)
 		}
-		rep.Streams, rep.Delivered = l.streams.open.Load(), l.streams.delivered.Load()
+		rep.Streams, rep.Delivered, rep.Writes = l.streams.open.Load(), l.streams.delivered.Load(), l.streams.writes.Load()
 		if err != nil {
 			rep.Err, err = err.Error(), nil
 		}
@@ -386,6 +387,30 @@ type procMem struct {
 }
 
 func (c *child) mem() (procMem, error) { return readProcMem(c.cmd.Process.Pid) }
+
+// cpu is the CPU time the child has used, user and system, from
+// /proc/PID/stat (in USER_HZ ticks, 100 a second on Linux).
+func (c *child) cpu() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: fields count
+	// from the last ')'.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", c.cmd.Process.Pid, len(f))
+	}
+	var ticks int64
+	for _, v := range f[11:13] { // utime, stime
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", c.cmd.Process.Pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
 
 func readProcMem(pid int) (procMem, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

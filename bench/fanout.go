@@ -9,24 +9,41 @@ import (
 
 // runFanout measures one sandbox streamed to many subscribers: events are
 // appended one at a time at a steady rate, and every subscriber reads every
-// one of them. It runs twice: with the server in this process, as the
-// other scenarios do, and with the server in a child process, where the
-// client's thousand goroutines do not share the server's Go scheduler.
+// one of them. Each rate runs twice: with the server in a child process,
+// where the client's thousand goroutines do not share the server's Go
+// scheduler, and in this process, as the other scenarios run. 20 events/s
+// is a busy agent's coalesced output; 200 events/s ten of them on one
+// sandbox.
 func runFanout(ctx context.Context, r *runner) error {
-	if err := fanoutLocal(ctx, r); err != nil {
-		return err
+	for _, rate := range pick(r, []float64{20, 200}, []float64{50}) {
+		if err := fanoutChild(ctx, r, rate); err != nil {
+			return err
+		}
+		if err := fanoutLocal(ctx, r, rate); err != nil {
+			return err
+		}
 	}
-	return fanoutChild(ctx, r)
+	return nil
 }
 
-func fanoutLocal(ctx context.Context, r *runner) error {
+// fanoutTarget is the p99 a rate is held to: at 20 events/s what it was
+// before the streams of a sandbox shared their reads (13-29 ms in the
+// field report, measured from outside), at 200 events/s 50 ms.
+func fanoutTarget(rate float64) time.Duration {
+	if rate <= 20 {
+		return 30 * time.Millisecond
+	}
+	return 50 * time.Millisecond
+}
+
+func fanoutLocal(ctx context.Context, r *runner, rate float64) error {
 	l, closeServer, err := r.local()
 	if err != nil {
 		return err
 	}
 	defer closeServer()
 
-	n, rate, d := pick(r, 1000, 20), pick(r, 200.0, 50.0), pick(r, 10*time.Second, 500*time.Millisecond)
+	n, d := pick(r, 1000, 20), pick(r, 10*time.Second, 500*time.Millisecond)
 	ids, err := createSandboxes(ctx, l.coord, 1)
 	if err != nil {
 		return err
@@ -56,15 +73,19 @@ func fanoutLocal(ctx context.Context, r *runner) error {
 	}
 	cond := fmt.Sprintf("1 sandbox, %d subscribers, %d events appended one at a time at %.0f/s offered (%.0f deliveries/s offered) for %s",
 		n, appended, rate, rate*float64(n), d)
+	at := fmt.Sprintf(" at %.0f/s, same process", rate)
 	value := perSecond(deliveries, elapsed)
-	r.add(Figure{Name: "deliveries/s", Value: value, Unit: "deliveries/s", Conditions: cond + "; until the last subscriber read the last event",
-		Target: ">= 100,000", Met: atLeast(value, 100000)})
-	latencyFigures(r, "fan-out", &h, 0, cond)
+	f := Figure{Name: "deliveries/s" + at, Value: value, Unit: "deliveries/s", Conditions: cond + "; until the last subscriber read the last event"}
+	if rate >= 200 {
+		f.Target, f.Met = ">= 100,000", atLeast(value, 100000)
+	}
+	r.add(f)
+	latencyFigures(r, "fan-out"+at, &h, 0, cond)
 	return nil
 }
 
-func fanoutChild(ctx context.Context, r *runner) error {
-	n, rate, d := pick(r, 1000, 20), pick(r, 200.0, 50.0), pick(r, 10*time.Second, 500*time.Millisecond)
+func fanoutChild(ctx context.Context, r *runner, rate float64) error {
+	n, d := pick(r, 1000, 20), pick(r, 10*time.Second, 500*time.Millisecond)
 	c, closeServer, err := r.child(ctx)
 	if err != nil {
 		return err
@@ -80,6 +101,16 @@ func fanoutChild(ctx context.Context, r *runner) error {
 		return err
 	}
 	start := time.Now()
+	before, err := c.do(ctx, childRequest{Op: "mem"})
+	if err != nil {
+		closeAll(subs)
+		return err
+	}
+	cpu0, err := c.cpu()
+	if err != nil {
+		closeAll(subs)
+		return err
+	}
 	if _, err := c.do(ctx, childRequest{Op: "load", IDs: created.IDs, Rate: rate, Size: eventSize}); err != nil {
 		closeAll(subs)
 		return err
@@ -98,6 +129,16 @@ func fanoutChild(ctx context.Context, r *runner) error {
 		return err
 	}
 	elapsed := time.Since(start)
+	cpu1, err := c.cpu()
+	if err != nil {
+		closeAll(subs)
+		return err
+	}
+	after, err := c.do(ctx, childRequest{Op: "mem"})
+	if err != nil {
+		closeAll(subs)
+		return err
+	}
 	h, deliveries, err := closeAll(subs)
 	if err != nil {
 		return err
@@ -105,11 +146,23 @@ func fanoutChild(ctx context.Context, r *runner) error {
 	if want := end.Appended * int64(n); deliveries != want {
 		return fmt.Errorf("child server: %d deliveries, want %d (%d events to %d subscribers)", deliveries, want, end.Appended, n)
 	}
-	cond := fmt.Sprintf("as above with the server in a child process: %d subscribers, %d events at %.0f/s offered for %s",
-		n, end.Appended, rate, d)
+	cond := fmt.Sprintf("1 sandbox, %d subscribers, %d events appended one at a time at %.0f/s offered (%.0f deliveries/s offered) for %s, the server in a child process",
+		n, end.Appended, rate, rate*float64(n), d)
+	at := fmt.Sprintf(" at %.0f/s", rate)
 	value := perSecond(deliveries, elapsed)
-	r.add(Figure{Name: "deliveries/s, child server", Value: value, Unit: "deliveries/s", Conditions: cond,
-		Target: ">= 100,000", Met: atLeast(value, 100000)})
-	latencyFigures(r, "fan-out, child server", &h, 0, cond)
+	f := Figure{Name: "deliveries/s" + at, Value: value, Unit: "deliveries/s", Conditions: cond}
+	if rate >= 200 {
+		f.Target, f.Met = ">= 100,000", atLeast(value, 100000)
+	}
+	r.add(f)
+	latencyFigures(r, "fan-out"+at, &h, fanoutTarget(rate), cond)
+	if deliveries > 0 {
+		r.add(Figure{Name: "server CPU per delivery" + at, Value: float64(cpu1-cpu0) / float64(time.Microsecond) / float64(deliveries), Unit: "µs",
+			Conditions: fmt.Sprintf("the child server's user and system time over the run (%.1f s of CPU in %.1f s), appends included, over its deliveries", (cpu1 - cpu0).Seconds(), elapsed.Seconds())})
+	}
+	if w := after.Writes - before.Writes; w > 0 {
+		r.add(Figure{Name: "events per write" + at, Value: float64(after.Delivered-before.Delivered) / float64(w), Unit: "events",
+			Conditions: "deliveries over the writes (one write, one flush) the streams made them in"})
+	}
 	return nil
 }

@@ -40,11 +40,15 @@ type local struct {
 type streamCounter struct {
 	open      atomic.Int64
 	delivered atomic.Int64
+	writes    atomic.Int64 // batches of deliveries, each one write to a stream
 }
 
 func (c *streamCounter) StreamOpened(bool) { c.open.Add(1) }
 func (c *streamCounter) StreamClosed()     { c.open.Add(-1) }
-func (c *streamCounter) Delivered(n int)   { c.delivered.Add(int64(n)) }
+func (c *streamCounter) Delivered(n int) {
+	c.delivered.Add(int64(n))
+	c.writes.Add(1)
+}
 
 func startLocal(dir string, logger *slog.Logger) (*local, error) {
 	path := filepath.Join(dir, "sparkles.db")

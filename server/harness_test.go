@@ -101,8 +101,8 @@ func (l sendBufferListener) Accept() (net.Conn, error) {
 }
 
 // testBackend is the coordinator with stand-ins for the agent-driven calls
-// (a coordinator without agents runs no turns), and a hook on Read so tests
-// can hold a stream at a chosen point.
+// (a coordinator without agents runs no turns), and hooks on Read and Head
+// so tests can hold a stream at a chosen point.
 type testBackend struct {
 	*coordinator.Coordinator
 	store *boltstore.Store
@@ -111,6 +111,7 @@ type testBackend struct {
 	lastInput string
 	onRead    func(id string, after uint64)
 	afterRead func(id string, recs []sandbox.Record)
+	afterHead func(id string)
 }
 
 func (b *testBackend) StartTurn(ctx context.Context, id, input string) (sandbox.Turn, error) {
@@ -164,6 +165,23 @@ func (b *testBackend) Read(ctx context.Context, id string, after uint64, limit i
 		afterHook(id, recs)
 	}
 	return recs, err
+}
+
+func (b *testBackend) Head(id string) (coordinator.Head, error) {
+	h, err := b.Coordinator.Head(id)
+	b.mu.Lock()
+	hook := b.afterHead
+	b.mu.Unlock()
+	if hook != nil {
+		hook(id)
+	}
+	return h, err
+}
+
+func (b *testBackend) setAfterHead(f func(id string)) {
+	b.mu.Lock()
+	b.afterHead = f
+	b.mu.Unlock()
 }
 
 func (b *testBackend) setAfterRead(f func(id string, recs []sandbox.Record)) {

@@ -111,6 +111,7 @@ type Server struct {
 	shutOnce sync.Once
 
 	snapshots snapshotCache // see sse.go
+	tails     tails         // see sse_tail.go
 }
 
 // Body and timing limits.

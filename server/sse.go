@@ -83,7 +83,6 @@ func isWriteError(err error) bool {
 type opened struct {
 	cursor         uint64
 	given          bool // the client gave a cursor
-	wake           <-chan struct{}
 	status, detail string
 	snap           *snapshot // the snapshot frame, shared with other streams
 }
@@ -95,10 +94,8 @@ func (s *Server) openStream(r *http.Request, id string) (*opened, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The wake-up channel is taken before the state is read, so a commit
-	// that lands between the two still wakes this stream: nothing after the
-	// snapshot's last_event_id can be missed.
-	wake := s.b.Wait(id)
+	// Nothing published after the state is missed: the sandbox's tail is
+	// read after it, and then follows every change (see tailView).
 	st, err := s.b.State(r.Context(), id)
 	if err != nil {
 		return nil, err
@@ -114,12 +111,13 @@ func (s *Server) openStream(r *http.Request, id string) (*opened, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &opened{cursor: cursor, given: given, wake: wake, status: st.Sandbox.Status, detail: st.Sandbox.StatusDetail, snap: snap}, nil
+	return &opened{cursor: cursor, given: given, status: st.Sandbox.Status, detail: st.Sandbox.StatusDetail, snap: snap}, nil
 }
 
 // follow writes the snapshot, then every event after the cursor, then the
 // live tail, until the client or the server leaves (nil) or something
-// fails.
+// fails. Events come from the sandbox's shared tail (sse_tail.go) once the
+// stream is within it, and from the store, a page at a time, before.
 func (s *Server) follow(ctx context.Context, c *sseConn, id string, o *opened) error {
 	if err := c.flush(); err != nil {
 		return err
@@ -131,14 +129,33 @@ func (s *Server) follow(ctx context.Context, c *sseConn, id string, o *opened) e
 	if err := c.flush(); err != nil {
 		return err
 	}
-	cursor, wake, status, detail := o.cursor, o.wake, o.status, o.detail
+	t := s.tails.join(s.b, id)
+	defer s.tails.leave(t)
+	cursor, status, detail := o.cursor, o.status, o.detail
 	for {
-		// A prune that overtakes this reader makes Read fail with
-		// cursor_pruned; ending the stream lets the reconnect answer it
-		// with a 410 and the watermarks rather than skip events.
-		recs, err := s.b.Read(ctx, id, cursor, replayBatch)
-		if err != nil {
-			return err
+		// The sandbox as its tail last read it; the tail reads it again
+		// after each change, for all its streams.
+		v := t.view.Load()
+		if v.err != nil {
+			return v.err
+		}
+		var recs []sandbox.Record
+		if cursor < v.base {
+			// Behind the tail. A prune that overtakes this reader makes
+			// Read fail with cursor_pruned; ending the stream lets the
+			// reconnect answer it with a 410 and the watermarks rather
+			// than skip events.
+			var err error
+			if recs, err = s.b.Read(ctx, id, cursor, replayBatch); err != nil {
+				return err
+			}
+			if len(recs) == 0 {
+				// Nothing is retained between the cursor and the tail's
+				// start, and ids only grow.
+				cursor = v.base
+			}
+		} else {
+			recs = v.after(cursor)
 		}
 		if len(recs) > 0 {
 			if err := c.batch(recs); err != nil {
@@ -147,8 +164,14 @@ func (s *Server) follow(ctx context.Context, c *sseConn, id string, o *opened) e
 			s.cfg.Observer.Delivered(len(recs))
 			cursor = recs[len(recs)-1].ID
 		}
-		if len(recs) == replayBatch || len(recs) > 0 && s.behind(id, cursor) {
-			// More may follow at once: read on without waiting, unless the
+		if h := v.head; h.Status != status || h.Detail != detail {
+			status, detail = h.Status, h.Detail
+			if err := c.status(id, status, detail); err != nil {
+				return err
+			}
+		}
+		if cursor < v.last {
+			// More is there at once: read on without waiting, unless the
 			// client or the server is leaving.
 			if ctx.Err() != nil || s.ctx.Err() != nil {
 				return nil
@@ -156,9 +179,8 @@ func (s *Server) follow(ctx context.Context, c *sseConn, id string, o *opened) e
 			continue
 		}
 
-		// Caught up: sleep until the sandbox changes. wake was taken before
-		// the Read above, so a commit since then has already closed it.
-		for caughtUp := true; caughtUp; {
+		// Caught up: sleep until the sandbox changes.
+		for waiting := true; waiting; {
 			select {
 			case <-ctx.Done():
 				return nil
@@ -168,31 +190,11 @@ func (s *Server) follow(ctx context.Context, c *sseConn, id string, o *opened) e
 				if err := c.comment("ping"); err != nil {
 					return err
 				}
-			case <-wake:
-				wake = s.b.Wait(id)
-				head, err := s.b.Head(id)
-				if err != nil {
-					return err
-				}
-				if head.Status != status || head.Detail != detail {
-					status, detail = head.Status, head.Detail
-					if err := c.status(id, status, detail); err != nil {
-						return err
-					}
-				}
-				caughtUp = head.LastEventID <= cursor
+			case <-v.done:
+				waiting = false
 			}
 		}
 	}
-}
-
-// behind reports whether the log of id goes on after cursor. A store may
-// answer a Read with fewer events than asked while more are there (it pages
-// by size, or stops at what it has published); only an empty Read means the
-// stream has caught up for certain.
-func (s *Server) behind(id string, cursor uint64) bool {
-	h, err := s.b.Head(id)
-	return err == nil && h.LastEventID > cursor
 }
 
 // snapshots shares the encoding of each sandbox's snapshot frame among the

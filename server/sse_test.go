@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,10 +98,50 @@ func TestStreamResumeEveryCursor(t *testing.T) {
 	}
 }
 
-// TestStreamNoGap commits an event right after a stream's Read found
-// nothing, before the stream goes to sleep: the wake-up it sleeps on must
-// have been taken before that Read, or the event would wait for the next
-// commit.
+// TestStreamSharedTail: streams of one sandbox at its tail do not read the
+// store each; the first to wake after a commit reads the new events once,
+// for all of them. A stream that opens far behind reads the store until it
+// is within the tail, then joins it, with no gap and no duplicate.
+func TestStreamSharedTail(t *testing.T) {
+	const streams, commits = 40, 20
+	h := newHarness(t, options{})
+	c := h.createSandbox()
+	old := h.appendMessages(c.ID, 3*tailMax, 10)
+	var reads atomic.Int64
+	h.be.setOnRead(func(id string, _ uint64) {
+		if id == c.ID {
+			reads.Add(1)
+		}
+	})
+	open := make([]*stream, streams)
+	for i := range open {
+		open[i] = h.openStream(c.ID, "", nil)
+		open[i].snapshot()
+	}
+	behind := h.openStream(c.ID, "since=0", nil)
+	behind.snapshot()
+	behind.expectIDs(old)
+	reads.Store(0)
+	var live []uint64
+	for range commits {
+		ids := h.appendMessages(c.ID, 1, 10)
+		live = append(live, ids...)
+		// Each commit delivered before the next: every one wakes every
+		// stream.
+		for _, s := range open {
+			s.expectIDs(ids)
+		}
+		behind.expectIDs(ids)
+	}
+	if got := reads.Load(); got > commits {
+		t.Fatalf("%d streams read the store %d times for %d commits, want at most one read a commit", streams+1, got, commits)
+	}
+}
+
+// TestStreamNoGap commits an event right after the sandbox's tail has read
+// the head it shows the stream, before the stream goes to sleep: the
+// wake-up it sleeps on must have been taken before that read, or the
+// event would wait for the next commit.
 func TestStreamNoGap(t *testing.T) {
 	h := newHarness(t, options{})
 	c := h.createSandbox()
@@ -108,8 +149,8 @@ func TestStreamNoGap(t *testing.T) {
 	ev := &sandbox.Event{Type: sandbox.TypeToolUpdated, Data: &sandbox.ToolUpdated{ToolCallID: "tool_1", Title: "t", Kind: "read", Status: "running"}}
 	committed := make(chan struct{})
 	var once sync.Once
-	h.be.setAfterRead(func(id string, recs []sandbox.Record) {
-		if id == c.ID && len(recs) == 0 {
+	h.be.setAfterHead(func(id string) {
+		if id == c.ID {
 			once.Do(func() {
 				if err := h.coord.AppendEvents(context.Background(), c.ID, ev); err != nil {
 					t.Errorf("append: %v", err)

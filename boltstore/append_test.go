@@ -172,7 +172,7 @@ func TestAppendMutate(t *testing.T) {
 		mustCreate(t, s, "c_1")
 		mustCreate(t, s, "c_2")
 		var commits int
-		s.afterCommit = func(map[string]uint64) { commits++ }
+		s.hooks().afterCommit = func(map[string]uint64) { commits++ }
 		release := stallCommitter(t, s, "c_2")
 
 		errMutate := errors.New("turn in progress")
@@ -269,7 +269,7 @@ func TestAppendConcurrent(t *testing.T) {
 	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: 16, MaxBatch: 64})
 	var mu sync.Mutex
 	committed := make(map[string]uint64)
-	s.afterCommit = func(last map[string]uint64) {
+	s.hooks().afterCommit = func(last map[string]uint64) {
 		mu.Lock()
 		defer mu.Unlock()
 		for id, n := range last {
@@ -302,7 +302,7 @@ func TestVisibility(t *testing.T) {
 
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	s.afterCommit = func(map[string]uint64) {
+	s.hooks().afterCommit = func(map[string]uint64) {
 		once.Do(func() {
 			close(held)
 			<-release

@@ -356,7 +356,7 @@ func (s *Store) launch(b *batch) *flight {
 			if err := b.t.flush(); err != nil {
 				return err
 			}
-			return s.failed()
+			return s.test.failure()
 		})
 	}()
 	return fl
@@ -371,16 +371,14 @@ func (s *Store) land(fl *flight, err error) {
 		s.forget(b.t)
 		b.fail(s.failedCommit(err))
 	} else {
-		if s.afterCommit != nil {
-			s.afterCommit(b.t.lastIDs())
-		}
+		s.test.committed(b.t)
 		s.publish(b.t)
 		s.observe(b.t, time.Since(fl.start))
 	}
 	s.commitMu.Unlock()
 	b.answer()
-	if b.chunk != nil && err == nil && s.afterMaterialize != nil {
-		s.afterMaterialize()
+	if b.chunk != nil && err == nil {
+		s.test.materialized()
 	}
 }
 
@@ -483,19 +481,11 @@ func (s *Store) relieve() {
 // holdWAL tells the committer to leave the WAL as it is, but where a
 // write needs it: in tests that keep it as a crash would, and on a file
 // found damaged, which is not written again for the WAL's sake.
-func (s *Store) holdWAL() bool { return s.keepWAL.Load() || s.damaged.Load() }
+func (s *Store) holdWAL() bool { return s.test.keepingWAL() || s.damaged.Load() }
 
 func (s *Store) walOver(factor int) bool {
 	l := s.limits
 	return s.walRecs > factor*l.maxRecords || s.walBytes > factor*l.maxBytes || s.walLen > factor*l.maxRecords
-}
-
-// failed returns what the failCommit hook makes of a transaction.
-func (s *Store) failed() error {
-	if s.failCommit == nil {
-		return nil
-	}
-	return s.failCommit()
 }
 
 // errNothingToCommit rolls back a transaction in which every request failed
@@ -542,12 +532,12 @@ func applyAll(t *txn, reqs []*request, errs []error) error {
 // update runs fn in one transaction, writes what the batch changed and
 // publishes it once the commit is synced. The afterCommit hook runs for
 // callers' batches only.
-func (s *Store) update(fn func(t *txn) error, hook bool) error {
-	return s.updateTxn(&txn{s: s, pending: make(map[string]*pending)}, fn, hook)
+func (s *Store) update(fn func(t *txn) error, callers bool) error {
+	return s.updateTxn(&txn{s: s, pending: make(map[string]*pending)}, fn, callers)
 }
 
 // updateTxn is update on a txn that may hold prepared appends already.
-func (s *Store) updateTxn(t *txn, fn func(t *txn) error, hook bool) error {
+func (s *Store) updateTxn(t *txn, fn func(t *txn) error, callers bool) error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 
@@ -565,8 +555,8 @@ func (s *Store) updateTxn(t *txn, fn func(t *txn) error, hook bool) error {
 		if err := t.flush(); err != nil {
 			return err
 		}
-		if hook {
-			return s.failed()
+		if callers {
+			return s.test.failure()
 		}
 		return nil
 	})
@@ -582,11 +572,11 @@ func (s *Store) updateTxn(t *txn, fn func(t *txn) error, hook bool) error {
 		s.forget(t)
 		return s.failedCommit(err)
 	}
-	if hook && s.afterCommit != nil {
-		s.afterCommit(t.lastIDs())
+	if callers {
+		s.test.committed(t)
 	}
 	s.publish(t)
-	if hook {
+	if callers {
 		s.observe(t, time.Since(start))
 	}
 	return nil

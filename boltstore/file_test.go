@@ -139,7 +139,7 @@ func TestFileCheckedOnFailedWrite(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	s.failCommit = func() error { return errors.New("disk went away") }
+	s.hooks().failCommit = func() error { return errors.New("disk went away") }
 	wantUnavailable(t, "append", s.Append(context.Background(), "c_1", textEvents(1), nil))
-	s.failCommit = nil
+	s.hooks().failCommit = nil
 }

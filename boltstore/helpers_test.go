@@ -28,7 +28,7 @@ func MustOpenStoreAt(tb testing.TB, path string, opts Options) *Store {
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return testNow }
 	}
-	s, err := Open(path, opts)
+	s, err := open(path, opts, walLimits{}, new(testHooks))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func mustOpenLimits(tb testing.TB, path string, opts Options, limits walLimits) 
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return testNow }
 	}
-	s, err := open(path, opts, limits)
+	s, err := open(path, opts, limits, new(testHooks))
 	if err != nil {
 		tb.Fatal(err)
 	}

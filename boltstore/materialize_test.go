@@ -206,7 +206,7 @@ func TestMaterializeConcurrent(t *testing.T) {
 	s := mustOpenLimits(t, path, Options{CacheSize: 8, MaxBatch: 16},
 		walLimits{maxRecords: 30, maxBytes: 1 << 20, idle: time.Millisecond, chunkRecords: 10, chunkBytes: 1 << 20, truncateBatch: 7})
 	var materialized atomic.Int64
-	s.afterMaterialize = func() { materialized.Add(1) }
+	s.hooks().afterMaterialize = func() { materialized.Add(1) }
 	ids := make([]string, sandboxes)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("c_%d", i)
@@ -372,7 +372,7 @@ func TestMaterializeLimits(t *testing.T) {
 		s := mustOpenLimits(t, t.TempDir()+"/sparkles.db", Options{},
 			walLimits{maxRecords: 1000, maxBytes: 1 << 20, idle: 5 * time.Millisecond, chunkRecords: 1000, chunkBytes: 1 << 20, truncateBatch: 1000})
 		done := make(chan struct{}, 100)
-		s.afterMaterialize = func() { done <- struct{}{} }
+		s.hooks().afterMaterialize = func() { done <- struct{}{} }
 		mustCreate(t, s, "c_1")
 		mustAppend(t, s, "c_1", textEvents(3)...)
 		for {
@@ -399,7 +399,7 @@ func TestMaterializeLimits(t *testing.T) {
 		s := mustOpenLimits(t, t.TempDir()+"/sparkles.db", Options{},
 			walLimits{maxRecords: 1000, maxBytes: 1 << 20, idle: time.Hour, chunkRecords: 1000, chunkBytes: 1 << 20, chunkSandboxes: 2, truncateBatch: 1000})
 		var left []int // sandboxes with records only in the WAL, after each chunk
-		s.afterMaterialize = func() {
+		s.hooks().afterMaterialize = func() {
 			s.mu.Lock()
 			left = append(left, len(s.tails))
 			s.mu.Unlock()
@@ -431,7 +431,7 @@ func TestPipelineFailure(t *testing.T) {
 	errDisk := errors.New("disk on fire")
 	inFlight, proceed := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	s.failCommit = func() error {
+	s.hooks().failCommit = func() error {
 		fail := false
 		once.Do(func() {
 			close(inFlight)

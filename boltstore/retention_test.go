@@ -321,7 +321,7 @@ func TestPruneRides(t *testing.T) {
 			// (where the prune could ride with the stalled append).
 			mustCreate(t, s, "c_2")
 			var commits []map[string]uint64
-			s.afterCommit = func(last map[string]uint64) { commits = append(commits, last) }
+			s.hooks().afterCommit = func(last map[string]uint64) { commits = append(commits, last) }
 			release := stallCommitter(t, s, "c_2")
 
 			pruned := make(chan error, 1)

@@ -125,23 +125,50 @@ type Store struct {
 	walLen   int               // entries in the WAL bucket, materialized or not
 	walSince time.Time         // when the WAL last became non-empty
 
-	// keepWAL stops the committer from materializing except where a write
-	// needs it (a prune, a compaction, a flush), so that Close leaves the
-	// file as a crash after the last commit would. Tests set it.
-	keepWAL atomic.Bool
+	// test is nil but in tests (see export_test.go).
+	test *testHooks
+}
 
-	// afterCommit, when set, runs after each transaction of callers' writes
-	// has committed and before it is published, with the last id of every
-	// sandbox it changed. Tests use it to know which ids were durable when
-	// a reader saw them.
+// testHooks let tests steer and watch the committer. A nil *testHooks
+// (every store outside tests) does nothing.
+type testHooks struct {
+	// keepWAL stops the committer from materializing except where a
+	// write needs it (a prune, a compaction, a flush), so that Close
+	// leaves the file as a crash after the last commit would.
+	keepWAL atomic.Bool
+	// afterCommit runs after each transaction of callers' writes has
+	// committed and before it is published, with the last id of every
+	// sandbox it changed: which ids were durable when a reader saw them.
 	afterCommit func(last map[string]uint64)
-	// afterMaterialize, when set, runs after each materialization
-	// transaction has been published. Tests wait on it.
+	// afterMaterialize runs after each materialization transaction has
+	// been published.
 	afterMaterialize func()
-	// failCommit, when set, runs at the end of each transaction of
-	// callers' writes; an error from it rolls the transaction back, as a
-	// storage error would. Tests use it.
+	// failCommit runs at the end of each transaction of callers' writes;
+	// an error from it rolls the transaction back, as a storage error
+	// would.
 	failCommit func() error
+}
+
+func (h *testHooks) keepingWAL() bool { return h != nil && h.keepWAL.Load() }
+
+func (h *testHooks) committed(t *txn) {
+	if h != nil && h.afterCommit != nil {
+		h.afterCommit(t.lastIDs())
+	}
+}
+
+func (h *testHooks) materialized() {
+	if h != nil && h.afterMaterialize != nil {
+		h.afterMaterialize()
+	}
+}
+
+// failure is what failCommit makes of a transaction.
+func (h *testHooks) failure() error {
+	if h == nil || h.failCommit == nil {
+		return nil
+	}
+	return h.failCommit()
 }
 
 // entry is the published, in-memory side of one sandbox. Its fields are
@@ -182,7 +209,7 @@ type write interface {
 // Open opens (or creates) the store file at path, replays what its WAL holds
 // into the sandboxes' buckets, and starts the committer.
 func Open(path string, opts Options) (*Store, error) {
-	return open(path, opts, walLimits{})
+	return open(path, opts, walLimits{}, nil)
 }
 
 // orDefaults fills the limits left at zero with the defaults.
@@ -208,7 +235,9 @@ func (l walLimits) orDefaults() walLimits {
 	return l
 }
 
-func open(path string, opts Options, limits walLimits) (*Store, error) {
+// open is Open with the materialization limits and, in tests, the test
+// hooks, which are in place before the committer starts.
+func open(path string, opts Options, limits walLimits, test *testHooks) (*Store, error) {
 	limits = limits.orDefaults()
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second
@@ -308,6 +337,7 @@ func open(path string, opts Options, limits walLimits) (*Store, error) {
 		reqs:      make(chan *request, opts.MaxBatch),
 		sandboxes: make(map[string]*entry),
 		tails:     make(map[string]*entry),
+		test:      test,
 	}
 	s.wg.Add(2)
 	go func() {

@@ -182,7 +182,7 @@ func corruptible(tb testing.TB, crashed bool) ([]byte, []int) {
 	if crashed {
 		// The last commit, an append, leaves the file without a free-page
 		// list, as every commit does; Close then writes nothing.
-		s.keepWAL.Store(true)
+		s.hooks().keepWAL.Store(true)
 		mustAppend(tb, s, "c_0", textEvents(1)...)
 	}
 	if err := s.Close(); err != nil {

@@ -315,8 +315,8 @@ func (s *Store) materializeChunk() error {
 		}
 		return c.materialize(t)
 	}, false)
-	if err == nil && s.afterMaterialize != nil {
-		s.afterMaterialize()
+	if err == nil {
+		s.test.materialized()
 	}
 	return err
 }

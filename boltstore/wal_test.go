@@ -21,7 +21,7 @@ import (
 // leaves the file: whatever the WAL holds stays there, unmaterialized.
 func crashClose(tb testing.TB, s *Store) {
 	tb.Helper()
-	s.keepWAL.Store(true)
+	s.hooks().keepWAL.Store(true)
 	if err := s.Close(); err != nil {
 		tb.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestCrashReplay(t *testing.T) {
 		mustCreate(t, s, "c_3")
 		mustAppend(t, s, "c_1", textEvents(2)...)
 		var commits int
-		s.afterCommit = func(map[string]uint64) { commits++ }
+		s.hooks().afterCommit = func(map[string]uint64) { commits++ }
 		release := stallCommitter(t, s, "c_3")
 		r1, _ := enqueueAppend(t, s, "c_1", textEvents(1), nil)
 		r2, _ := enqueueAppend(t, s, "c_2", textEvents(2), nil)

@@ -36,6 +36,10 @@ func TestHandler(t *testing.T) {
 			"/sparkles-events.js": "text/javascript; charset=utf-8",
 			"/view.js":            "text/javascript; charset=utf-8",
 			"/api.js":             "text/javascript; charset=utf-8",
+			"/approval.js":        "text/javascript; charset=utf-8",
+			"/dom.js":             "text/javascript; charset=utf-8",
+			"/history.js":         "text/javascript; charset=utf-8",
+			"/list.js":            "text/javascript; charset=utf-8",
 			"/style.css":          "text/css; charset=utf-8",
 			"/favicon.svg":        "image/svg+xml",
 		} {

@@ -18,6 +18,10 @@ const LIST_REFRESH_MS = 10000;
 
 const $ = (id) => document.getElementById(id);
 
+// narrow is the phone layout of style.css: the list and the open sandbox
+// are two views.
+const narrow = matchMedia("(max-width: 720px)");
+
 const ui = {
   login: $("login"),
   tokenForm: $("token-form"),
@@ -188,6 +192,16 @@ function handleError(e) {
   showNotice(e.message || String(e));
 }
 
+// quietly handles the failure of a read the page does on its own: while
+// the server is away the banner says so, and a 410 (retention moved on
+// meanwhile) only means there is less to show.
+function quietly(e) {
+  if (e instanceof NetworkError || (e instanceof APIError && e.status === 410)) {
+    return;
+  }
+  handleError(e);
+}
+
 // ---- the sandbox list ----
 
 // renderFrame shows what depends on the list: the open sandbox's header,
@@ -254,6 +268,7 @@ function closeStream() {
 }
 
 function openSandbox(id) {
+  const left = state.selected;
   closeStream();
   hideNotice();
   transcript.clear();
@@ -271,9 +286,17 @@ function openSandbox(id) {
   ui.app.dataset.view = id ? "sandbox" : "list";
   ui.empty.hidden = id !== null;
   ui.sandbox.hidden = id === null;
+  // On a phone the view changes under the keyboard: the focus goes to the
+  // sandbox's name, or back to the row of the sandbox just left.
   if (!id) {
     document.title = "Sparkles";
+    if (narrow.matches && left) {
+      ui.list.querySelector(`.sb-item[data-sandbox-id="${CSS.escape(left)}"] a`)?.focus();
+    }
     return;
+  }
+  if (narrow.matches) {
+    ui.title.focus({ preventScroll: true });
   }
   list.want(id);
   renderHeader();
@@ -286,9 +309,9 @@ function openSandbox(id) {
       transcript.applySnapshot(snap, info);
       state.snapshotSeen = true;
       scrollToEnd(true);
-      offerEarlier(id).catch(handleError);
+      offerEarlier(id).catch(quietly);
       if (state.behindRead !== id || info.reset) {
-        readBehind(id, snap).catch(handleError);
+        readBehind(id, snap).catch(quietly);
       }
       updateControls();
     },
@@ -621,7 +644,6 @@ window.addEventListener("hashchange", () => {
 });
 document.addEventListener("visibilitychange", refreshList);
 // A phone's prompt box has two lines: room for the question, not the hint.
-const narrow = matchMedia("(max-width: 720px)");
 const placeholder = () => {
   ui.prompt.placeholder = narrow.matches ? "Ask the agent…" : "Ask the agent… (Enter sends, Shift+Enter starts a new line)";
 };

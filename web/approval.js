@@ -7,6 +7,9 @@
 // Agent text (titles, option labels) is set as textContent only.
 import { h } from "./dom.js";
 
+// OFFLINE_NOTE is what a card says while its buttons wait for the server.
+const OFFLINE_NOTE = "Waiting for the connection to answer.";
+
 // ALWAYS names the lasting option kinds as their buttons begin.
 const ALWAYS = { allow_always: "Always allow", reject_always: "Always deny" };
 
@@ -75,6 +78,9 @@ export class ApprovalCard {
       this.#note,
     );
     this.#sync();
+    if (offline) {
+      this.#note.textContent = OFFLINE_NOTE;
+    }
   }
 
   #button(label, cls, body, aria, describedBy) {
@@ -85,16 +91,19 @@ export class ApprovalCard {
   }
 
   setOffline(offline) {
+    if (offline === this.#offline) {
+      return;
+    }
     this.#offline = offline;
     this.#sync();
+    if (!this.#busy) {
+      this.#note.textContent = offline ? OFFLINE_NOTE : "";
+    }
   }
 
   #sync() {
     for (const b of this.#buttons) {
       b.disabled = this.#busy || this.#offline;
-    }
-    if (!this.#busy) {
-      this.#note.textContent = this.#offline ? "Waiting for the connection to answer." : "";
     }
   }
 

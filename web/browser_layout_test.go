@@ -139,6 +139,10 @@ func TestBrowserPhone(t *testing.T) {
 	if eval[bool](b, `document.querySelector('.sidebar').checkVisibility()`) {
 		t.Fatal("the list stays on screen with a sandbox open")
 	}
+	// The keyboard moves with the view.
+	if got := eval[string](b, `document.activeElement.id`); got != "sandbox-title" {
+		t.Fatalf("with the sandbox open the focus is on %q, want its name", got)
+	}
 	if got := eval[int](b, `document.getElementById('transcript-scroll').clientHeight`); got < 844*6/10 {
 		t.Fatalf("the transcript is %d px high of 844", got)
 	}
@@ -167,6 +171,9 @@ func TestBrowserPhone(t *testing.T) {
 	b.do("back", chromedp.Click(chromedp.ID("back")), chromedp.WaitVisible(link))
 	if eval[bool](b, `document.getElementById('sandbox').checkVisibility()`) {
 		t.Fatal("the sandbox stays on screen after going back")
+	}
+	if got, want := eval[string](b, `document.activeElement.getAttribute('href') ?? ''`), "#/sandboxes/"+id; got != want {
+		t.Fatalf("back in the list the focus is on %q, want the row left", got)
 	}
 	b.noConsoleErrors()
 }

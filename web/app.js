@@ -369,6 +369,10 @@ const CONNECTION_TEXT = {
 };
 
 function setConnection(s) {
+  if (s === State.LIVE && (state.conn === State.RECONNECTING || state.conn === State.RECOVERING)) {
+    // Back from an outage (a restart, maybe): the other rows are stale too.
+    refreshList();
+  }
   state.conn = s;
   ui.connection.dataset.state = s;
   ui.connectionText.textContent = CONNECTION_TEXT[s] ?? s;

@@ -213,6 +213,9 @@ func TestBrowserScreenshots(t *testing.T) {
 	if _, err := s.Client.CreateSandbox(ctx, client.CreateSandboxRequest{Metadata: map[string]string{"name": "Release notes"}}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.Client.DeleteSandbox(ctx, createSandbox(t, s)); err != nil {
+		t.Fatal(err)
+	}
 	busy := createSandbox(t, s)
 	turnUntil(t, s, busy, "hang", sandbox.TypeMessageUpdated)
 	id := createSandbox(t, s)
@@ -247,4 +250,10 @@ func TestBrowserScreenshots(t *testing.T) {
 	shoot("reconnecting-390")
 	b.viewport(1280, 900)
 	shoot("reconnecting-1280")
+
+	// After a restart the agents are stopped: idle, not broken.
+	s.restart()
+	b.waitLive()
+	b.until("idle", `document.querySelector('#sandbox-status .badge-long').textContent.startsWith('idle')`)
+	shoot("restarted-1280")
 }

@@ -4,14 +4,15 @@
 // on a phone the list and the open sandbox are two views, and #/ is the
 // list. The token stays in sessionStorage, for this tab only.
 import { API, NetworkError } from "./api.js";
+import { answeredHere } from "./approval.js";
 import { h, statusWords } from "./dom.js";
+import { Guide } from "./guide.js";
 import { earlierEvents, firstTurn, turnEvents } from "./history.js";
 import { SandboxList } from "./list.js";
 import { APIError, SandboxEventStream, State } from "./sparkles-events.js";
 import { Transcript } from "./view.js";
 
 const TOKEN_KEY = "sparkles.token";
-const DECIDED_KEY = "sparkles.decided";
 // The list is read again this often while the page is in view: the open
 // sandbox's stream keeps its own row live, the others catch up this way.
 const LIST_REFRESH_MS = 10000;
@@ -81,29 +82,7 @@ const state = {
   refreshTimer: 0,
   earlierChecked: null, // the sandbox whose log was looked into for earlier turns
   behindRead: null, // the sandbox whose snapshot turn was read from the log
-  guideFor: null, // the agent the example prompts are for
 };
-
-// decided is the set of approvals this tab answered, kept with the token
-// for the tab's life, so that a reload still says who answered what.
-const decided = {
-  ids: new Set(),
-  load() {
-    try {
-      this.ids = new Set(JSON.parse(sessionStorage.getItem(DECIDED_KEY) ?? "[]"));
-    } catch {
-      this.ids = new Set();
-    }
-  },
-  has(id) {
-    return this.ids.has(id);
-  },
-  add(id) {
-    this.ids.add(id);
-    sessionStorage.setItem(DECIDED_KEY, JSON.stringify([...this.ids].slice(-500)));
-  },
-};
-decided.load();
 
 const list = new SandboxList(state.api, ui.list, {
   onDelete: confirmDelete,
@@ -113,10 +92,16 @@ const list = new SandboxList(state.api, ui.list, {
 const transcript = new Transcript(ui.transcript, {
   dock: ui.pending,
   decide: (a, body) => state.api.decide(state.selected, a.approval_id, body),
-  decided,
+  decided: answeredHere,
   onChange: () => updateControls(),
   announce,
   notice: showNotice,
+});
+
+const guide = new Guide({ el: ui.guide, text: ui.guideText, examples: ui.examples }, (prompt) => {
+  ui.prompt.value = prompt;
+  ui.prompt.focus();
+  ui.prompt.setSelectionRange(prompt.length, prompt.length);
 });
 
 const openSandboxResource = () => (state.selected ? (list.get(state.selected) ?? { id: state.selected, status: "" }) : null);
@@ -435,7 +420,9 @@ function updateControls() {
     text = `Agent ${sb.status}…`;
   }
   ui.turnStatus.textContent = text;
-  renderGuide();
+  // An empty sandbox gets the guide, once its snapshot says it is empty.
+  const empty = !gone && state.snapshotSeen && transcript.empty && ui.earlier.hidden;
+  guide.show(empty ? sb : null);
 }
 
 async function sendPrompt() {
@@ -469,51 +456,6 @@ async function cancelTurn() {
     handleError(e);
     updateControls();
   }
-}
-
-// ---- an empty sandbox ----
-
-// DEMO_EXAMPLES are the words the demo agent follows (agent/demo.go).
-const DEMO_EXAMPLES = [
-  ["write notes.txt", "asks you, then writes the file"],
-  ["read README.md", "reads a file and sums it up"],
-  ["slow", "streams its answer in small pieces"],
-  ["hang", "keeps working until you cancel the turn"],
-  ["env", "shows the environment it runs with"],
-  ["crash", "exits; the next prompt starts it again"],
-];
-const EXAMPLE = ["List the files in this directory and tell me what this project is.", ""];
-
-// renderGuide shows an empty sandbox what to do: a line on what happens
-// and prompts to start from, the demo agent's own words when it runs one.
-function renderGuide() {
-  const sb = openSandboxResource();
-  const show = Boolean(sb) && state.snapshotSeen && transcript.empty && ui.earlier.hidden && !state.missing && sb.status !== "deleted";
-  ui.guide.hidden = !show;
-  if (!show || state.guideFor === `${sb.id} ${sb.agent}`) {
-    return;
-  }
-  state.guideFor = `${sb.id} ${sb.agent}`;
-  const demo = sb.agent === "demo";
-  ui.guideText.textContent = demo
-    ? "This sandbox runs the demo agent: a script, no model. A word in the prompt steers it; pick one to put it in the prompt box."
-    : "Send the agent a prompt below. It works in this sandbox's own directory and asks you here before it writes or runs anything. For example:";
-  ui.examples.replaceChildren(
-    ...(demo ? DEMO_EXAMPLES : [EXAMPLE]).map(([prompt, what]) => {
-      const b = h(
-        "button",
-        { type: "button", class: "example", "aria-label": `Use the prompt: ${prompt}`, "data-prompt": prompt },
-        h("code", { text: prompt }),
-        what ? h("span", { class: "example-what", text: what }) : "",
-      );
-      b.addEventListener("click", () => {
-        ui.prompt.value = prompt;
-        ui.prompt.focus();
-        ui.prompt.setSelectionRange(prompt.length, prompt.length);
-      });
-      return h("li", {}, b);
-    }),
-  );
 }
 
 // ---- what the snapshot leaves out ----

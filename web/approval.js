@@ -7,6 +7,32 @@
 // Agent text (titles, option labels) is set as textContent only.
 import { h } from "./dom.js";
 
+// answeredHere is the set of approvals this tab answered, kept in
+// sessionStorage (with the token, for the tab's life), so that a reload
+// still says who answered what.
+export const answeredHere = {
+  key: "sparkles.decided",
+  ids: null,
+  has(id) {
+    return this.load().has(id);
+  },
+  add(id) {
+    const ids = this.load();
+    ids.add(id);
+    sessionStorage.setItem(this.key, JSON.stringify([...ids].slice(-500)));
+  },
+  load() {
+    if (!this.ids) {
+      try {
+        this.ids = new Set(JSON.parse(sessionStorage.getItem(this.key) ?? "[]"));
+      } catch {
+        this.ids = new Set();
+      }
+    }
+    return this.ids;
+  },
+};
+
 // OFFLINE_NOTE is what a card says while its buttons wait for the server.
 const OFFLINE_NOTE = "Waiting for the connection to answer.";
 

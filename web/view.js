@@ -11,8 +11,6 @@
 import { ApprovalCard, DecisionRecord } from "./approval.js";
 import { h, inputText, insertSorted } from "./dom.js";
 
-export { h };
-
 const partKey = (p) => `${p.message_id ?? ""}\u0000${String(p.index ?? 0).padStart(8, "0")}\u0000${p.part_id}`;
 
 function duration(ms) {

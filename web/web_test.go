@@ -38,6 +38,7 @@ func TestHandler(t *testing.T) {
 			"/api.js":             "text/javascript; charset=utf-8",
 			"/approval.js":        "text/javascript; charset=utf-8",
 			"/dom.js":             "text/javascript; charset=utf-8",
+			"/guide.js":           "text/javascript; charset=utf-8",
 			"/history.js":         "text/javascript; charset=utf-8",
 			"/list.js":            "text/javascript; charset=utf-8",
 			"/style.css":          "text/css; charset=utf-8",

@@ -268,7 +268,7 @@ func (b *browser) onFailure() {
 	b.mu.Unlock()
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100 is PNG; below it chromium writes JPEG
 	if err != nil {
 		b.t.Logf("no screenshot: %v", err)
 		return

@@ -20,6 +20,7 @@ import (
 	"github.com/sparkles-dev/sparkles/coordinator"
 	"github.com/sparkles-dev/sparkles/metrics"
 	"github.com/sparkles-dev/sparkles/natsstore"
+	"github.com/sparkles-dev/sparkles/registry"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/server"
 	"github.com/sparkles-dev/sparkles/web"
@@ -30,7 +31,7 @@ func newServeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the coordinator: sandboxes, agents, and the event API",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:7410", EnvVars: []string{"SPARKLES_ADDR"}, Usage: "listen address"},
 			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), EnvVars: []string{"SPARKLES_DATA_DIR"}, Usage: "where the database, the token file and sandbox directories live"},
 			&cli.StringFlag{Name: "store", EnvVars: []string{"SPARKLES_STORE"}, Usage: "event store: empty for the bbolt file in --data-dir, or nats://HOST:PORT for NATS JetStream shared by several coordinators"},
@@ -38,7 +39,6 @@ func newServeCommand() *cli.Command {
 			&cli.DurationFlag{Name: "lease-ttl", Value: natsstore.DefaultLeaseTTL, EnvVars: []string{"SPARKLES_LEASE_TTL"}, Usage: "with a NATS store: how long after a coordinator stops renewing its leases another one takes its sandboxes over"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"SPARKLES_TOKEN"}, Usage: "bearer token of the API (default: generated once, kept in <data-dir>/token)"},
 			&cli.DurationFlag{Name: "keepalive", Value: 15 * time.Second, EnvVars: []string{"SPARKLES_KEEPALIVE"}, Usage: "SSE ping interval while a stream is idle"},
-			&cli.StringSliceFlag{Name: "agent", EnvVars: []string{"SPARKLES_AGENT"}, Usage: "register an ACP agent as NAME=COMMAND (repeatable); the built-in demo agent is always there as \"demo\""},
 			&cli.StringFlag{Name: "default-agent", Value: "demo", EnvVars: []string{"SPARKLES_DEFAULT_AGENT"}, Usage: "agent of sandboxes created without one"},
 			&cli.DurationFlag{Name: "boot-timeout", Value: 30 * time.Second, EnvVars: []string{"SPARKLES_BOOT_TIMEOUT"}, Usage: "how long an agent may take to start a session"},
 			&cli.DurationFlag{Name: "turn-timeout", Value: 30 * time.Minute, EnvVars: []string{"SPARKLES_TURN_TIMEOUT"}, Usage: "how long one turn may run"},
@@ -51,7 +51,7 @@ func newServeCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "cors-origin", EnvVars: []string{"SPARKLES_CORS_ORIGINS"}, Usage: "a browser origin (scheme://host[:port]) whose pages may call the API (repeatable; env var comma-separated); none by default"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SPARKLES_LOG_FORMAT"}, Usage: "text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SPARKLES_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
-		},
+		}, agentFlags()...),
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c.String("log-format"), c.String("log-level"))
 			if err != nil {
@@ -61,13 +61,13 @@ func newServeCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("cannot find the sparkles binary to run the demo agent: %w", err)
 			}
-			agents := map[string][]string{"demo": {exe, "agent", "demo"}}
-			for _, a := range c.StringSlice("agent") {
-				name, command, ok := strings.Cut(a, "=")
-				if !ok || name == "" || strings.TrimSpace(command) == "" {
-					return fmt.Errorf("--agent %q: want NAME=COMMAND, e.g. --agent mine='/usr/local/bin/my-agent --acp'", a)
-				}
-				agents[name] = strings.Fields(command)
+			agents, err := serveAgents(c, exe, logger)
+			if err != nil {
+				return err
+			}
+			idleTimeout, maxAgents, err := agentLimits(c)
+			if err != nil {
+				return err
 			}
 			if _, ok := agents[c.String("default-agent")]; !ok {
 				return fmt.Errorf("--default-agent %q is not a registered agent", c.String("default-agent"))
@@ -94,6 +94,9 @@ func newServeCommand() *cli.Command {
 					Batch:     c.Int("retention-batch"),
 				},
 				Logger: logger,
+
+				AgentIdleTimeout: idleTimeout,
+				MaxAgents:        maxAgents,
 			}
 			ctx, stop := signalContext(c.Context)
 			defer stop()
@@ -161,7 +164,7 @@ type Main struct {
 	LeaseTTL        time.Duration
 	Token           string
 	Keepalive       time.Duration
-	Agents          map[string][]string
+	Agents          registry.Registry
 	DefaultAgent    string
 	BootTimeout     time.Duration
 	TurnTimeout     time.Duration
@@ -170,6 +173,10 @@ type Main struct {
 	CORSOrigins     []string
 	Retention       retention.Config // Store, DataDir, Logger and Observer are set by Run
 	Logger          *slog.Logger
+
+	// AgentIdleTimeout and MaxAgents: see coordinator.Config.
+	AgentIdleTimeout time.Duration
+	MaxAgents        int
 
 	Metrics     *metrics.Metrics
 	Store       Store
@@ -216,6 +223,9 @@ func (m *Main) Run(ctx context.Context) error {
 		Logger:          m.Logger,
 		Observer:        m.Metrics,
 		Cluster:         cluster,
+
+		AgentIdleTimeout: m.AgentIdleTimeout,
+		MaxAgents:        m.MaxAgents,
 	})
 	if err != nil {
 		return err

@@ -152,4 +152,3 @@ func currentTurnID(sb sandbox.Sandbox) string {
 	}
 	return sb.CurrentTurn.ID
 }
-

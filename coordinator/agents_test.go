@@ -347,3 +347,26 @@ func TestAgentsList(t *testing.T) {
 		t.Fatalf("agents %+v, want %+v", got, want)
 	}
 }
+
+// TestNoTurnNoSession lets an agent idle out before its first turn: its
+// session held no conversation, so it is not kept, the next boot opens a
+// new one without session/load, and nothing is said to be lost. (An agent
+// writes a session down with its first message, so loading it would fail.)
+func TestNoTurnNoSession(t *testing.T) {
+	a := newRecAgent()
+	a.failLoad = true
+	e := newRecEnv(t, a, func(c *coordinator.Config) { c.AgentIdleTimeout = 50 * time.Millisecond })
+	sb := e.create(coordinator.CreateParams{})
+	e.waitStatus(sb.ID, sandbox.StatusStopped)
+	if got := completed(e.turnOf(sb, "hello")); got.Status != sandbox.TurnSucceeded {
+		t.Fatalf("turn = %+v", got)
+	}
+	if log := e.logText(sb.ID); strings.Contains(log, sandbox.ErrSessionLost) {
+		t.Fatalf("a session without turns was reported lost:\n%s", log)
+	}
+	for i, run := range a.boots() {
+		if len(run) < 2 || run[1].Method != "session/new" {
+			t.Fatalf("boot %d: %+v, want initialize and session/new: no session had a turn before it", i+1, run)
+		}
+	}
+}

@@ -46,6 +46,10 @@ type box struct {
 	granted   chan struct{} // the slot manager granted the waiting turn a slot
 	evict     chan struct{} // the slot manager asks this idle agent to stop
 
+	// The agent's session (see session.go).
+	session     string // the open session's id
+	sessionKept bool   // it is the one the sandbox's state keeps
+
 	flush       *time.Timer
 	turnTimer   *time.Timer
 	cancelTimer *time.Timer

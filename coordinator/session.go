@@ -34,10 +34,21 @@ func (b *box) resumed(conn *agent.Conn) (detail string, evs []*sandbox.Event) {
 	case r.Asked != "" && !r.Supported:
 		b.log().Info("the agent cannot load sessions (no loadSession); it starts a new one")
 	}
-	if id := conn.SessionID(); id != r.Asked {
-		b.keepSession(id)
-	}
+	b.session = conn.SessionID()
+	b.sessionKept = b.session == r.Asked
 	return detail, evs
+}
+
+// sessionInUse keeps the open session as the one to load next time, once
+// a turn goes to it. A session that never had a turn holds no
+// conversation: kept, its load could only fail (an agent writes a session
+// down with its first message) and tell of a loss where there is none.
+func (b *box) sessionInUse() {
+	if b.sessionKept || b.session == "" {
+		return
+	}
+	b.sessionKept = true
+	b.keepSession(b.session)
 }
 
 // dropReplayed is the drop counter of the updates an agent replays while

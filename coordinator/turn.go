@@ -60,6 +60,7 @@ func (b *box) runTurn() {
 	t := b.turn
 	b.emit(b.tr.StartTurn(t.turn.ID, t.turn.Input))
 	t.running, t.turn.Status = true, sandbox.TurnRunning
+	b.sessionInUse()
 	if err := b.conn.Prompt(t.turn.ID, t.text); err != nil {
 		b.log().Warn("prompt failed", "err", err)
 		b.agentGone(err, false)

@@ -23,6 +23,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/sparkles-dev/sparkles/metrics"
 	"github.com/sparkles-dev/sparkles/natsstore"
+	"github.com/sparkles-dev/sparkles/registry"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/server"
@@ -34,7 +35,7 @@ func newServeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the coordinator: sandboxes, agents, and the event API",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:7410", EnvVars: []string{"SPARKLES_ADDR"}, Usage: "listen address"},
 			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), EnvVars: []string{"SPARKLES_DATA_DIR"}, Usage: "where the database, the token file and sandbox directories live"},
 			&cli.StringFlag{Name: "store", EnvVars: []string{"SPARKLES_STORE"}, Usage: "event store: empty for the bbolt file in --data-dir, or nats://HOST:PORT for NATS JetStream shared by several coordinators"},
@@ -43,7 +44,6 @@ func newServeCommand() *cli.Command {
 			&cli.DurationFlag{Name: "lease-ttl", Value: natsstore.DefaultLeaseTTL, EnvVars: []string{"SPARKLES_LEASE_TTL"}, Usage: "with a NATS store: how long after a coordinator stops renewing its leases another one takes its sandboxes over"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"SPARKLES_TOKEN"}, Usage: "bearer token of the API (default: generated once, kept in <data-dir>/token)"},
 			&cli.DurationFlag{Name: "keepalive", Value: 15 * time.Second, EnvVars: []string{"SPARKLES_KEEPALIVE"}, Usage: "SSE ping interval while a stream is idle"},
-			&cli.StringSliceFlag{Name: "agent", EnvVars: []string{"SPARKLES_AGENT"}, Usage: "register an ACP agent as NAME=COMMAND (repeatable); the built-in demo agent is always there as \"demo\""},
 			&cli.StringFlag{Name: "default-agent", Value: "demo", EnvVars: []string{"SPARKLES_DEFAULT_AGENT"}, Usage: "agent of sandboxes created without one"},
 			&cli.DurationFlag{Name: "boot-timeout", Value: 30 * time.Second, EnvVars: []string{"SPARKLES_BOOT_TIMEOUT"}, Usage: "how long an agent may take to start a session"},
 			&cli.DurationFlag{Name: "turn-timeout", Value: 30 * time.Minute, EnvVars: []string{"SPARKLES_TURN_TIMEOUT"}, Usage: "how long one turn may run"},
@@ -62,7 +62,7 @@ func newServeCommand() *cli.Command {
 			&cli.StringFlag{Name: "agent-memory-max", Value: "4G", EnvVars: []string{"SPARKLES_AGENT_MEMORY_MAX"}, Usage: "memory of one confined agent (cgroup memory.max, when the server's cgroup is delegated to it), e.g. 512M or 4G"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SPARKLES_LOG_FORMAT"}, Usage: "text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SPARKLES_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
-		},
+		}, agentFlags()...),
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c.String("log-format"), c.String("log-level"))
 			if err != nil {
@@ -72,13 +72,13 @@ func newServeCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("cannot find the sparkles binary to run the demo agent: %w", err)
 			}
-			agents := map[string][]string{"demo": {exe, "agent", "demo"}}
-			for _, a := range c.StringSlice("agent") {
-				name, command, ok := strings.Cut(a, "=")
-				if !ok || name == "" || strings.TrimSpace(command) == "" {
-					return fmt.Errorf("--agent %q: want NAME=COMMAND, e.g. --agent mine='/usr/local/bin/my-agent --acp'", a)
-				}
-				agents[name] = strings.Fields(command)
+			agents, err := serveAgents(c, exe, logger)
+			if err != nil {
+				return err
+			}
+			idleTimeout, maxAgents, err := agentLimits(c)
+			if err != nil {
+				return err
 			}
 			if _, ok := agents[c.String("default-agent")]; !ok {
 				return fmt.Errorf("--default-agent %q is not a registered agent", c.String("default-agent"))
@@ -118,6 +118,9 @@ func newServeCommand() *cli.Command {
 					MemoryMax:  mem,
 				},
 				Logger: logger,
+
+				AgentIdleTimeout: idleTimeout,
+				MaxAgents:        maxAgents,
 			}
 			ctx, stop := signalContext(c.Context)
 			defer stop()
@@ -185,7 +188,7 @@ type Main struct {
 	LeaseTTL        time.Duration
 	Token           string
 	Keepalive       time.Duration
-	Agents          map[string][]string
+	Agents          registry.Registry
 	DefaultAgent    string
 	BootTimeout     time.Duration
 	TurnTimeout     time.Duration
@@ -203,6 +206,10 @@ type Main struct {
 	// StartEmpty lets the bbolt store start on a new file where the data
 	// dir's is missing or empty while sandbox directories remain.
 	StartEmpty bool
+
+	// AgentIdleTimeout and MaxAgents: see coordinator.Config.
+	AgentIdleTimeout time.Duration
+	MaxAgents        int
 
 	Metrics     *metrics.Metrics
 	Store       Store
@@ -260,7 +267,9 @@ func (m *Main) Run(ctx context.Context) error {
 		Cluster:         cluster,
 		// Whatever an agent prints, neither the server token nor the
 		// sandbox's stream token leaves in one of its strings.
-		Redact: func(id string) []string { return []string{token, server.StreamToken(token, id)} },
+		Redact:           func(id string) []string { return []string{token, server.StreamToken(token, id)} },
+		AgentIdleTimeout: m.AgentIdleTimeout,
+		MaxAgents:        m.MaxAgents,
 	})
 	if err != nil {
 		return err

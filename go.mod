@@ -16,6 +16,7 @@ require (
 	go.etcd.io/bbolt v1.4.3
 	golang.org/x/sys v0.49.0
 	golang.org/x/term v0.47.0
+	mvdan.cc/sh/v3 v3.14.1
 )
 
 require (

@@ -45,6 +45,7 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			newServeCommand(),
 			newAgentCommand(),
+			newAgentsCommand(),
 			newSandboxCommand(),
 			newPromptCommand(),
 			newEventsCommand(),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"path/filepath"
 	"sync"
@@ -25,6 +24,12 @@ var ErrCrash = errors.New("demo agent crashed on request")
 //	slow        stream the reply in many chunks with a pause between them
 //	hang        stream one chunk, then wait for session/cancel
 //	crash       stop answering and return ErrCrash
+//	recall      say what was asked in the session's turn before this one
+//
+// It keeps each session's turns (prompt and reply) in its working directory,
+// in .sparkles-demo/SESSION.jsonl, as real agents keep theirs under their
+// HOME, so that a later process can load the session (session/load): it
+// replays the turns as user and agent message chunks, and recall sees them.
 //
 // It returns nil when in ends, ctx.Err when ctx ends first. The goroutine
 // reading in may stay blocked in Read after RunDemo returns until in is
@@ -83,9 +88,9 @@ type demo struct {
 	canRead  bool
 	canWrite bool
 	always   bool // the user chose the allow_always option: writes are no longer asked for
-	sessions int
 	session  string
 	cwd      string
+	history  []demoEntry // the session's earlier turns
 	tools    int
 	nextID   int64
 	pending  map[int64]chan demoReply
@@ -142,7 +147,7 @@ func (d *demo) request(m *message) error {
 		return d.reply(m.ID, map[string]any{
 			"protocolVersion": ProtocolVersion,
 			"agentCapabilities": map[string]any{
-				"loadSession":        false,
+				"loadSession":        true,
 				"promptCapabilities": map[string]bool{"image": false, "audio": false, "embeddedContext": false},
 			},
 			"authMethods": []any{},
@@ -153,14 +158,13 @@ func (d *demo) request(m *message) error {
 		if json.Unmarshal(m.Params, &p) != nil || !filepath.IsAbs(p.Cwd) {
 			return d.fail(m.ID, codeInvalidParams, "session/new needs an absolute cwd")
 		}
+		sid := newDemoSession()
 		d.mu.Lock()
-		d.sessions++
-		d.session = fmt.Sprintf("demo-session-%d", d.sessions)
-		d.cwd = p.Cwd
-		d.tools = 0
-		sid := d.session
+		d.session, d.cwd, d.tools, d.history = sid, p.Cwd, 0, nil
 		d.mu.Unlock()
 		return d.reply(m.ID, sessionParams{SessionID: sid})
+	case "session/load":
+		return d.load(m)
 	case "session/prompt":
 		return d.prompt(m)
 	}
@@ -201,6 +205,7 @@ func (d *demo) prompt(m *message) error {
 	go func() {
 		defer d.turns.Done()
 		stopReason, usage := t.run()
+		d.remember(demoEntry{Prompt: t.text, Reply: t.reply})
 		d.mu.Lock()
 		d.turn = nil
 		d.mu.Unlock()

@@ -83,15 +83,16 @@ func TestRunDemo(t *testing.T) {
 			t.Fatalf("protocolVersion = %v, want %v", got, want)
 		}
 		p.send(`{"jsonrpc":"2.0","id":"s","method":"session/new","params":{"cwd":"/sandbox","mcpServers":[]}}`)
-		if got, want := p.recv()["result"].(map[string]any)["sessionId"], "demo-session-1"; got != want {
-			t.Fatalf("sessionId = %v, want %v", got, want)
+		sid, _ := p.recv()["result"].(map[string]any)["sessionId"].(string)
+		if !demoSessionRe.MatchString(sid) {
+			t.Fatalf("sessionId = %q, want demo-session-<16 hex digits>", sid)
 		}
 		p.send(`{"jsonrpc":"2.0","id":9,"method":"no/such","params":{}}`)
 		if got, want := p.recv()["error"].(map[string]any)["code"], float64(codeMethodNotFound); got != want {
 			t.Fatalf("code = %v, want %v", got, want)
 		}
 		// Without file access advertised, the read tool fails on its own.
-		p.send(`{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"demo-session-1","prompt":[{"type":"text","text":"hi"}]}}`)
+		p.send(`{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"` + sid + `","prompt":[{"type":"text","text":"hi"}]}}`)
 		for {
 			m := p.recv()
 			if m["method"] == "fs/read_text_file" {
@@ -115,8 +116,8 @@ func TestRunDemo(t *testing.T) {
 		p.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}`)
 		p.recv()
 		p.send(`{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/sandbox","mcpServers":[]}}`)
-		p.recv()
-		p.send(`{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"demo-session-1","prompt":[{"type":"text","text":"crash"}]}}`)
+		sid, _ := p.recv()["result"].(map[string]any)["sessionId"].(string)
+		p.send(`{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"` + sid + `","prompt":[{"type":"text","text":"crash"}]}}`)
 		if err := p.wait(); !errors.Is(err, ErrCrash) {
 			t.Fatalf("RunDemo = %v, want ErrCrash", err)
 		}

@@ -12,12 +12,13 @@ import (
 
 // demoPlan is what a prompt asks of the demo agent.
 type demoPlan struct {
-	read  string // the file the read tool reads
-	write string // the file to write; "" for none
-	env   bool
-	slow  bool
-	hang  bool
-	crash bool
+	read   string // the file the read tool reads
+	write  string // the file to write; "" for none
+	env    bool
+	slow   bool
+	hang   bool
+	crash  bool
+	recall bool // tell the session's turn before this one
 }
 
 const (
@@ -55,6 +56,8 @@ func parsePrompt(text string) demoPlan {
 			p.hang = true
 		case "crash":
 			p.crash = true
+		case "recall":
+			p.recall = true
 		}
 	}
 	return p
@@ -68,6 +71,7 @@ type demoTurn struct {
 	cwd     string
 	text    string
 	plan    demoPlan
+	reply   string // the reply's text, kept with the session once the turn ends
 	stop    chan struct{}
 	once    sync.Once
 	chunks  int
@@ -104,6 +108,13 @@ func (t *demoTurn) script() error {
 		}
 	}
 	reply := []string{fmt.Sprintf("You asked: %q.", t.text)}
+	if t.plan.recall {
+		if e, ok := t.d.earlier(); ok {
+			reply = append(reply, fmt.Sprintf("Before that you asked: %q.", e.Prompt))
+		} else {
+			reply = append(reply, "This is the first turn of this session.")
+		}
+	}
 	s, err := t.readTool()
 	if err != nil {
 		return err
@@ -124,7 +135,8 @@ func (t *demoTurn) script() error {
 		reply = append(reply, s)
 	}
 	reply = append(reply, "That is all from the demo agent.")
-	return t.stream(strings.Join(reply, " "))
+	t.reply = strings.Join(reply, " ")
+	return t.stream(t.reply)
 }
 
 // stream sends the reply in chunks of a few words, without a messageId, as

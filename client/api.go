@@ -211,3 +211,20 @@ func (c *Client) Events(ctx context.Context, id string, since uint64, limit int)
 func (c *Client) Healthz(ctx context.Context) error {
 	return c.call(ctx, http.MethodGet, c.endpoint(nil, "healthz"), nil, http.StatusOK, nil)
 }
+
+// Agent is one agent a sandbox may ask for: its name, and whether its
+// command resolves on the server (an agent that is not available fails to
+// start). The server never tells its command or environment.
+type Agent struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+}
+
+// Agents lists the agents registered on the server, sorted by name.
+func (c *Client) Agents(ctx context.Context) ([]Agent, error) {
+	var out struct {
+		Data []Agent `json:"data"`
+	}
+	err := c.call(ctx, http.MethodGet, c.endpoint(nil, "v1", "agents"), nil, http.StatusOK, &out)
+	return out.Data, err
+}

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/agent"
+	"github.com/sparkles-dev/sparkles/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/translate"
 )
@@ -34,6 +36,18 @@ type box struct {
 	turn      *turnRun
 	approvals map[string]*approvalRun
 	deleted   bool
+
+	// The agent's slot (see slots and idle.go).
+	slot      bool          // holds a slot: booting, running or stopping
+	waiting   bool          // a turn waits in the slot queue
+	idle      bool          // the agent runs with nothing to do
+	idleTimer *time.Timer   // stops the agent after Config.AgentIdleTimeout
+	granted   chan struct{} // the slot manager granted the waiting turn a slot
+	evict     chan struct{} // the slot manager asks this idle agent to stop
+
+	// The agent's session (see session.go).
+	session     string // the open session's id
+	sessionKept bool   // it is the one the sandbox's state keeps
 
 	flush       *time.Timer
 	turnTimer   *time.Timer
@@ -79,6 +93,9 @@ func (c *Coordinator) box(id string) (*box, error) {
 		turnTimer:   stoppedTimer(),
 		cancelTimer: stoppedTimer(),
 		apprTimer:   stoppedTimer(),
+		idleTimer:   stoppedTimer(),
+		granted:     make(chan struct{}, 1),
+		evict:       make(chan struct{}, 1),
 	}
 	c.boxes[id] = b
 	c.wg.Add(1)
@@ -149,8 +166,15 @@ func (b *box) run(ctx context.Context) {
 			b.cancelOverdue()
 		case <-b.apprTimer.C:
 			b.expireApprovals()
+		case <-b.idleTimer.C:
+			b.idleExpired()
+		case <-b.granted:
+			b.slotGranted()
+		case <-b.evict:
+			b.evicted()
 		}
 		b.armFlush()
+		b.settleIdle()
 	}
 }
 
@@ -292,28 +316,48 @@ func (b *box) translator() (*translate.Translator, config, error) {
 }
 
 // boot starts the agent in the background; the result arrives on bootDone.
-func (b *box) boot() {
+// forTurn tells whether a turn waits for the agent: then a boot that finds
+// every agent slot held waits in the queue for one; a boot at create (only
+// warming the agent up) takes a free slot or leaves the agent for the first
+// turn. The state read here holds the agent's session from its last boot.
+func (b *box) boot(forTurn bool) {
 	if b.conn != nil || b.booting || b.deleted {
 		return
 	}
-	sb, err := b.c.store.Sandbox(context.Background(), b.id)
+	st, err := b.c.store.State(context.Background(), b.id)
 	if err != nil {
 		b.log().Error("boot: read sandbox", "err", err)
 		return
 	}
+	sb := st.Sandbox
 	_, cfg, err := b.translator()
 	if err != nil {
 		b.log().Error("boot: read config", "err", err)
 		b.setStatus(sandbox.StatusFailed, "the sandbox configuration could not be read")
 		return
 	}
-	command := b.c.cfg.Agents[sb.Agent]
+	reg, registered := b.c.cfg.Agents[sb.Agent]
+	var command []string
+	if registered {
+		command = reg.Argv()
+	}
 	builtin := b.c.cfg.Builtins[sb.Agent]
 	if len(command) == 0 && builtin == nil {
 		msg := fmt.Sprintf("agent %q is not registered on this server", sb.Agent)
 		b.setStatus(sandbox.StatusFailed, msg, b.tr.Error(sandbox.ErrAgentStartFailed, msg)...)
 		b.failQueued(sandbox.ErrAgentStartFailed, msg)
 		return
+	}
+	if !b.slot {
+		if !b.c.slots.acquire(b, forTurn) {
+			if forTurn {
+				b.waitForSlot()
+			} else {
+				b.setStatus(sandbox.StatusStopped, fmt.Sprintf("the agent starts with the first turn: all %d agent slots are in use", b.c.cfg.MaxAgents))
+			}
+			return
+		}
+		b.slot, b.waiting = true, false
 	}
 	b.booting = true
 	b.setStatus(sandbox.StatusBooting, fmt.Sprintf("starting agent %q", sb.Agent))
@@ -322,11 +366,12 @@ func (b *box) boot() {
 		Command: command,
 		Run:     builtin,
 		Dir:     work,
-		Env:     agentEnv(cfg),
+		Env:     agentEnv(reg, cfg),
 		Logger:  b.log(),
 
 		Launcher: b.c.cfg.Launcher,
 		Sandbox:  b.dir(),
+		Session:  st.AgentSession,
 	}
 	timeout := b.c.cfg.BootTimeout
 	go func() {
@@ -357,48 +402,51 @@ func (b *box) boot() {
 }
 
 // agentEnv is the whole environment of an agent: a minimal base from the
-// server's own (PATH, HOME, LANG) and the sandbox's env and secrets. Nothing
-// else of the server's environment, such as its token, reaches the agent.
-func agentEnv(cfg config) []string {
-	env := []string{}
+// server's own (PATH, HOME, LANG), then the registry's env and pass_env,
+// then the sandbox's env, then its secrets; each later one wins over the
+// earlier (SPEC §9). Nothing else of the server's environment, such as its
+// token, reaches the agent.
+func agentEnv(reg registry.Agent, cfg config) []string {
+	env := map[string]string{}
 	for _, k := range []string{"PATH", "HOME", "LANG"} {
 		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
+			env[k] = v
 		}
 	}
-	for _, m := range []map[string]string{cfg.Env, cfg.Secrets} {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			env = append(env, k+"="+m[k])
-		}
+	for _, m := range []map[string]string{reg.Environ(os.LookupEnv), cfg.Env, cfg.Secrets} {
+		maps.Copy(env, m)
 	}
-	return env
+	out := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return out
 }
 
 func (b *box) booted(res bootResult) {
 	b.booting = false
 	if res.err != nil {
 		if b.deleted {
+			b.releaseSlot()
 			return
 		}
 		// An agent's refusal names what it offered (see agent.AuthError):
 		// the agent's words, so sanitized for status_detail as well.
 		msg := b.sanitize("the agent could not start: "+res.err.Error(), maxStatusDetail)
 		b.log().Warn("agent boot failed", "err", res.err)
+		b.releaseSlot()
 		b.setStatus(sandbox.StatusFailed, msg, b.tr.Error(sandbox.ErrAgentStartFailed, msg)...)
 		b.failQueued(sandbox.ErrAgentStartFailed, msg)
 		return
 	}
 	if b.deleted || b.c.ctx.Err() != nil {
 		res.conn.Close()
+		b.releaseSlot()
 		return
 	}
 	b.setConn(res.conn)
-	b.setStatus(sandbox.StatusReady, "the agent is ready")
+	detail, evs := b.resumed(res.conn)
+	b.setStatus(sandbox.StatusReady, detail, evs...)
 	if b.turn != nil && !b.turn.running {
 		b.runTurn()
 	}

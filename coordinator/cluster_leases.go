@@ -106,6 +106,7 @@ func (b *box) abandon() {
 		conn := b.conn
 		b.setConn(nil)
 		conn.Close()
+		b.releaseSlot()
 	}
 }
 

@@ -16,17 +16,29 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/agent"
+	"github.com/sparkles-dev/sparkles/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// Defaults of Config.
+const (
+	// DefaultAgentIdleTimeout is how long an agent may sit idle before it
+	// is stopped.
+	DefaultAgentIdleTimeout = 15 * time.Minute
+	// DefaultMaxAgents is how many agents may run at once: a Node adapter
+	// holds 150-300 MB, so 64 of them fill a machine of 16 to 32 GB.
+	DefaultMaxAgents = 64
 )
 
 // Config is what a Coordinator needs. Zero durations take the defaults.
 type Config struct {
 	Store   Store
 	DataDir string // sandbox working directories live under DataDir/sandboxes/<id>/work
-	// Agents maps agent names to the command that starts them. With no
-	// agents at all, sandboxes have no runtime and go straight to ready
-	// (the event log alone, as embedded tests use it).
-	Agents map[string][]string
+	// Agents maps agent names to what starts them: command, arguments
+	// and environment (the registry, SPEC §9). With no agents at all,
+	// sandboxes have no runtime and go straight to ready (the event log
+	// alone, as embedded tests use it).
+	Agents registry.Registry
 	// Builtins are agents run in-process over pipes instead of as a process
 	// (the demo agent inside an embedding program's tests). A name in both
 	// maps runs as the builtin.
@@ -46,6 +58,13 @@ type Config struct {
 	// and the sandbox's stream token), and from the metadata it is
 	// created with.
 	Redact func(sandboxID string) []string
+	// AgentIdleTimeout stops an agent that has had no turn this long; the
+	// next turn boots it again (default 15m; negative: never).
+	AgentIdleTimeout time.Duration
+	// MaxAgents bounds the agents running at once on this coordinator
+	// (default 64). When every slot is held, a turn that needs an agent
+	// stops the least recently used idle one or waits for a slot.
+	MaxAgents int
 
 	Logger   *slog.Logger
 	Now      func() time.Time
@@ -92,6 +111,7 @@ type Coordinator struct {
 
 	mu    sync.Mutex
 	boxes map[string]*box
+	slots *slots
 
 	cl *clusterRun // nil without a cluster
 }
@@ -140,13 +160,19 @@ func New(cfg Config) (*Coordinator, error) {
 	def(&cfg.TurnTimeout, 30*time.Minute)
 	def(&cfg.ApprovalTimeout, 10*time.Minute)
 	def(&cfg.FlushInterval, 50*time.Millisecond)
+	if cfg.AgentIdleTimeout == 0 {
+		cfg.AgentIdleTimeout = DefaultAgentIdleTimeout
+	}
+	if cfg.MaxAgents <= 0 {
+		cfg.MaxAgents = DefaultMaxAgents
+	}
 	if cfg.DefaultAgent == "" {
 		if names := agentNames(cfg); len(names) > 0 {
 			cfg.DefaultAgent = names[0]
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Coordinator{cfg: cfg, store: cfg.Store, log: cfg.Logger, ctx: ctx, cancel: cancel, boxes: map[string]*box{}}
+	c := &Coordinator{cfg: cfg, store: cfg.Store, log: cfg.Logger, ctx: ctx, cancel: cancel, boxes: map[string]*box{}, slots: newSlots(cfg.MaxAgents)}
 	// Without agents there are no runtimes to place, so no node owns anything.
 	if cfg.Cluster != nil && c.hasAgents() {
 		if err := c.startCluster(cfg.Cluster); err != nil {
@@ -260,7 +286,7 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 			// sandbox over settles it, and its next turn boots the agent.
 			return c.store.Sandbox(ctx, sb.ID)
 		}
-		if err := b.do(ctx, b.boot); err != nil {
+		if err := b.do(ctx, func() { b.boot(false) }); err != nil {
 			return sandbox.Sandbox{}, err
 		}
 	}
@@ -319,4 +345,25 @@ func (c *Coordinator) Close() error {
 	c.cancel()
 	c.wg.Wait()
 	return nil
+}
+
+// AgentInfo is one agent a sandbox may ask for, as GET /v1/agents lists it:
+// its name and whether its command resolves on this server. Its command
+// and environment stay private.
+type AgentInfo struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+}
+
+// Agents lists the agents sandboxes may ask for, sorted by name. A
+// builtin runs in this process and is always available; a command is
+// looked up now, so that an adapter installed after start shows up.
+func (c *Coordinator) Agents(ctx context.Context) ([]AgentInfo, error) {
+	names := agentNames(c.cfg)
+	out := make([]AgentInfo, 0, len(names))
+	for _, n := range names {
+		_, builtin := c.cfg.Builtins[n]
+		out = append(out, AgentInfo{Name: n, Available: builtin || c.cfg.Agents[n].Available()})
+	}
+	return out, nil
 }

@@ -52,7 +52,7 @@ func (b *box) startTurn(input string) (sandbox.Turn, error) {
 		b.turn = nil
 		return sandbox.Turn{}, err
 	}
-	b.boot()
+	b.boot(true)
 	return t.turn, nil
 }
 
@@ -60,6 +60,7 @@ func (b *box) runTurn() {
 	t := b.turn
 	b.emit(b.tr.StartTurn(t.turn.ID, t.turn.Input))
 	t.running, t.turn.Status = true, sandbox.TurnRunning
+	b.sessionInUse()
 	if err := b.conn.Prompt(t.turn.ID, t.text); err != nil {
 		b.log().Warn("prompt failed", "err", err)
 		b.agentGone(err, false)
@@ -203,6 +204,7 @@ func (b *box) agentGone(cause error, protocol bool) {
 	}
 	b.conn.Close()
 	b.setConn(nil)
+	b.releaseSlot()
 	code, msg := sandbox.ErrAgentExited, "the agent exited unexpectedly"
 	if protocol {
 		code, msg = sandbox.ErrProtocol, "the agent broke the protocol and was stopped"
@@ -282,6 +284,7 @@ func (b *box) stopAgent() {
 	b.setConn(nil)
 	clear(b.approvals)
 	conn.Close()
+	b.releaseSlot()
 }
 
 func (b *box) decide(approvalID string, d Decision) (sandbox.Approval, error) {

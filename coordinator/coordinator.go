@@ -13,6 +13,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -36,6 +37,11 @@ type Config struct {
 	TurnTimeout     time.Duration // default 30m
 	ApprovalTimeout time.Duration // default 10m
 	FlushInterval   time.Duration // default 50ms
+	// StoreRetry is the first wait before a write the store refused is
+	// tried again (default 100ms); each refusal doubles it up to
+	// StoreRetryMax (default 5s). See health.go.
+	StoreRetry    time.Duration
+	StoreRetryMax time.Duration
 
 	Logger   *slog.Logger
 	Now      func() time.Time
@@ -55,6 +61,16 @@ type Observer interface {
 	UpdatesDropped(kind string, n int)
 	Redacted(n int)
 	AgentsRunning(delta int)
+	// StoreHealthy says whether the store takes writes again (true) or
+	// has begun to refuse them (false); it is told on each change.
+	StoreHealthy(ok bool)
+	// AppendFailed counts a write the store refused, each retry included;
+	// AppendRetried counts each retry of a write that waits.
+	AppendFailed()
+	AppendRetried()
+	// EventsWaiting moves the count of events held in memory until the
+	// store takes them.
+	EventsWaiting(delta int)
 }
 
 type nopObserver struct{}
@@ -64,6 +80,10 @@ func (nopObserver) ApprovalResolved(string)    {}
 func (nopObserver) UpdatesDropped(string, int) {}
 func (nopObserver) Redacted(int)               {}
 func (nopObserver) AgentsRunning(int)          {}
+func (nopObserver) StoreHealthy(bool)          {}
+func (nopObserver) AppendFailed()              {}
+func (nopObserver) AppendRetried()             {}
+func (nopObserver) EventsWaiting(int)          {}
 
 // BuiltinAgent is an ACP agent that runs in-process: it reads requests from
 // stdin and writes to stdout until ctx ends or stdin closes. env is the
@@ -82,6 +102,9 @@ type Coordinator struct {
 
 	mu    sync.Mutex
 	boxes map[string]*box
+
+	health  storeHealth
+	stalled atomic.Int64 // boxes with writes waiting for the store
 
 	cl *clusterRun // nil without a cluster
 }
@@ -130,6 +153,9 @@ func New(cfg Config) (*Coordinator, error) {
 	def(&cfg.TurnTimeout, 30*time.Minute)
 	def(&cfg.ApprovalTimeout, 10*time.Minute)
 	def(&cfg.FlushInterval, 50*time.Millisecond)
+	def(&cfg.StoreRetry, 100*time.Millisecond)
+	def(&cfg.StoreRetryMax, 5*time.Second)
+	cfg.StoreRetryMax = max(cfg.StoreRetryMax, cfg.StoreRetry)
 	if cfg.DefaultAgent == "" {
 		if names := agentNames(cfg); len(names) > 0 {
 			cfg.DefaultAgent = names[0]
@@ -227,15 +253,24 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
+	// After the checks: a request that can never succeed says so, outage or not.
+	if err := c.Writable(); err != nil {
+		return sandbox.Sandbox{}, err
+	}
 	var epoch uint64
 	if c.cl != nil {
 		if epoch, err = c.claimNew(ctx, sb.ID); err != nil {
 			return sandbox.Sandbox{}, err
 		}
 	}
-	if err := c.store.Create(ctx, sb, cfgJSON); err != nil {
+	err = c.store.Create(ctx, sb, cfgJSON)
+	c.noteWrite("", err)
+	if err != nil {
 		if c.cl != nil {
 			_ = c.cl.Release(context.WithoutCancel(ctx), sb.ID)
+		}
+		if storeFault(err) {
+			return sandbox.Sandbox{}, unavailable(err)
 		}
 		return sandbox.Sandbox{}, err
 	}
@@ -295,7 +330,12 @@ func (c *Coordinator) AppendEvents(ctx context.Context, id string, events ...*sa
 		}
 		ev.SandboxID = id
 	}
-	return c.store.Append(ctx, id, events, nil)
+	err := c.store.Append(ctx, id, events, nil)
+	c.noteWrite(id, err)
+	if storeFault(err) {
+		return unavailable(err)
+	}
+	return err
 }
 
 // Close stops every sandbox runtime: running turns are completed as

@@ -21,6 +21,7 @@ import (
 	"github.com/sparkles-dev/sparkles/metrics"
 	"github.com/sparkles-dev/sparkles/natsstore"
 	"github.com/sparkles-dev/sparkles/retention"
+	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/server"
 	"github.com/sparkles-dev/sparkles/web"
 	"github.com/urfave/cli/v2"
@@ -172,7 +173,7 @@ type Main struct {
 	Logger          *slog.Logger
 
 	Metrics     *metrics.Metrics
-	Store       Store
+	Store       Store              // opened by Run unless set before it (a wrapped store in tests); Close closes it
 	Cluster     *natsstore.Cluster // with a NATS store only
 	Retainer    *retention.Loop
 	Coordinator *coordinator.Coordinator
@@ -195,9 +196,11 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.Metrics = metrics.New()
-	st, where, err := m.openStore(ctx)
-	if err != nil {
-		return err
+	st, where := m.Store, "the given store"
+	if st == nil {
+		if st, where, err = m.openStore(ctx); err != nil {
+			return err
+		}
 	}
 	m.Store = st
 	var cluster coordinator.Cluster
@@ -326,11 +329,20 @@ func (m *Main) Close() error {
 	return errors.Join(errs...)
 }
 
-// ready is what /readyz asks: the store answers, retention runs, and with a
-// NATS store this node's leases hold.
+// ready is what /readyz asks: the store answers and takes writes,
+// retention runs, and with a NATS store this node's leases hold.
 func (m *Main) ready() error {
 	if _, _, err := m.Store.Sandboxes(context.Background(), "", 1); err != nil {
 		return fmt.Errorf("the database does not answer (%w); see the server log", err)
+	}
+	// A store that answers reads may still refuse writes (a full disk):
+	// such a server can show logs but run no turn.
+	if err := m.Coordinator.Writable(); err != nil {
+		var se *sandbox.Error
+		if errors.As(err, &se) {
+			return errors.New(se.Message)
+		}
+		return err
 	}
 	if !m.Retainer.Alive() {
 		return errors.New("the retention loop is not running or makes no progress; see the server log for its last error")

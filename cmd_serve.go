@@ -212,7 +212,7 @@ type Main struct {
 	MaxAgents        int
 
 	Metrics     *metrics.Metrics
-	Store       Store
+	Store       Store              // opened by Run unless set before it (a wrapped store in tests); Close closes it
 	Cluster     *natsstore.Cluster // with a NATS store only
 	Retainer    *retention.Loop
 	Coordinator *coordinator.Coordinator
@@ -243,9 +243,11 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.Metrics = metrics.New()
-	st, where, err := m.openStore(ctx)
-	if err != nil {
-		return err
+	st, where := m.Store, "the given store"
+	if st == nil {
+		if st, where, err = m.openStore(ctx); err != nil {
+			return err
+		}
 	}
 	m.Store = st
 	var cluster coordinator.Cluster
@@ -449,8 +451,8 @@ func (m *Main) Close() error {
 	return errors.Join(errs...)
 }
 
-// ready is what /readyz asks: the store answers, retention runs, and with a
-// NATS store this node's leases hold.
+// ready is what /readyz asks: the store answers and takes writes,
+// retention runs, and with a NATS store this node's leases hold.
 func (m *Main) ready() error {
 	if _, _, err := m.Store.Sandboxes(context.Background(), "", 1); err != nil {
 		return fmt.Errorf("the database does not answer (%w); see the server log", err)
@@ -459,6 +461,15 @@ func (m *Main) ready() error {
 		if err := m.writable(); err != nil {
 			return errors.New("the database file was deleted or replaced under the running server: it takes no writes; see the server log")
 		}
+	}
+	// A store that answers reads may still refuse writes (a full disk):
+	// such a server can show logs but run no turn.
+	if err := m.Coordinator.Writable(); err != nil {
+		var se *sandbox.Error
+		if errors.As(err, &se) {
+			return errors.New(se.Message)
+		}
+		return err
 	}
 	if !m.Retainer.Alive() {
 		return errors.New("the retention loop is not running or makes no progress; see the server log for its last error")

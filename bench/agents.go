@@ -99,6 +99,7 @@ func runAgents(ctx context.Context, r *runner) error {
 // benchAgents is the demo agent of a child server, and the count of the
 // agents running there.
 type benchAgents struct {
+	coordinator.NopObserver
 	command []string // nil: in-process
 
 	mu      sync.Mutex
@@ -155,10 +156,6 @@ func (a *benchAgents) AgentsRunning(delta int) {
 	a.changed = make(chan struct{})
 	a.mu.Unlock()
 }
-func (a *benchAgents) TurnCompleted(string)       {}
-func (a *benchAgents) ApprovalResolved(string)    {}
-func (a *benchAgents) UpdatesDropped(string, int) {}
-func (a *benchAgents) Redacted(int)               {}
 
 // runTurns runs one turn in each sandbox, a few at a time, each to its end.
 func runTurns(ctx context.Context, l *local, ids []string) error {

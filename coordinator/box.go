@@ -48,6 +48,13 @@ type box struct {
 	// The agent's session (see session.go).
 	session     string // the open session's id
 	sessionKept bool   // it is the one the sandbox's state keeps
+	// Writes the store refused, oldest first, and how they are retried
+	// (see pending.go).
+	pending       []pendingWrite
+	pendingEvents int   // events in pending
+	lastErr       error // the store's last refusal
+	attempt       int   // retries since the first refusal
+	retry         *time.Timer
 
 	flush       *time.Timer
 	turnTimer   *time.Timer
@@ -59,7 +66,8 @@ type box struct {
 type turnRun struct {
 	turn     sandbox.Turn
 	text     string
-	running  bool // prompt sent to the agent
+	accepted bool // answered 202: its turn.started and turn.completed must reach the log
+	running  bool // turn.started written (or waiting), prompt sent unless the store refused it
 	canceled bool
 }
 
@@ -96,6 +104,7 @@ func (c *Coordinator) box(id string) (*box, error) {
 		idleTimer:   stoppedTimer(),
 		granted:     make(chan struct{}, 1),
 		evict:       make(chan struct{}, 1),
+		retry:       stoppedTimer(),
 	}
 	c.boxes[id] = b
 	c.wg.Add(1)
@@ -172,7 +181,10 @@ func (b *box) run(ctx context.Context) {
 			b.slotGranted()
 		case <-b.evict:
 			b.evicted()
+		case <-b.retry.C:
+			b.retryWrites()
 		}
+		b.stopForStore()
 		b.armFlush()
 		b.settleIdle()
 	}
@@ -208,17 +220,11 @@ func (b *box) log() *slog.Logger { return b.c.log.With("sandbox_id", b.id) }
 
 func (b *box) dir() string { return filepath.Join(b.c.cfg.DataDir, "sandboxes", b.id) }
 
-// emit appends events durably. A store failure is logged: the events are lost
-// to the log, and the server says so in its own log with the cause.
-func (b *box) emit(evs []*sandbox.Event) {
-	if len(evs) == 0 {
-		return
-	}
-	if err := b.c.store.Append(context.Background(), b.id, evs, nil); err != nil {
-		b.log().Error("append failed", "err", err, "events", len(evs))
-		return
-	}
-	b.observe(evs)
+// emit appends events durably, after the writes that wait for the store,
+// if any. A refused append waits in memory and is retried (see write); the
+// error tells a caller that answers a request.
+func (b *box) emit(evs []*sandbox.Event) error {
+	return b.write(evs, nil)
 }
 
 // observe tells the observer about settled turns and approvals, and, when a
@@ -261,20 +267,23 @@ func (b *box) setConn(conn *agent.Conn) {
 	b.conn = conn
 }
 
-func (b *box) setStatus(status, detail string, evs ...*sandbox.Event) {
-	err := b.c.store.Append(context.Background(), b.id, evs, func(st *sandbox.State) error {
+// setStatus appends evs and changes the sandbox's status in the same write,
+// which waits like any other when the store refuses it.
+func (b *box) setStatus(status, detail string, evs ...*sandbox.Event) error {
+	return b.write(evs, b.statusMutate(status, detail))
+}
+
+// statusMutate sets the sandbox's status, unless it is deleted already. It
+// reads the clock when the write is made, a retry included.
+func (b *box) statusMutate(status, detail string) func(*sandbox.State) error {
+	return func(st *sandbox.State) error {
 		if st.Sandbox.Status == sandbox.StatusDeleted && status != sandbox.StatusDeleted {
 			return nil
 		}
 		st.Sandbox.Status, st.Sandbox.StatusDetail = status, detail
 		st.Sandbox.UpdatedAt = b.c.now()
 		return nil
-	})
-	if err != nil {
-		b.log().Error("status update failed", "status", status, "err", err)
-		return
 	}
-	b.observe(evs)
 }
 
 func (b *box) armFlush() {

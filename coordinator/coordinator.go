@@ -13,6 +13,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/agent"
@@ -52,6 +53,11 @@ type Config struct {
 	TurnTimeout     time.Duration // default 30m
 	ApprovalTimeout time.Duration // default 10m
 	FlushInterval   time.Duration // default 50ms
+	// StoreRetry is the first wait before a write the store refused is
+	// tried again (default 100ms); each refusal doubles it up to
+	// StoreRetryMax (default 5s). See health.go.
+	StoreRetry    time.Duration
+	StoreRetryMax time.Duration
 
 	// Redact, when set, returns values of the server's own to redact
 	// from every string of a sandbox as its secrets are (the server token
@@ -84,15 +90,30 @@ type Observer interface {
 	UpdatesDropped(kind string, n int)
 	Redacted(n int)
 	AgentsRunning(delta int)
+	// StoreHealthy says whether the store takes writes again (true) or
+	// has begun to refuse them (false); it is told on each change.
+	StoreHealthy(ok bool)
+	// AppendFailed counts a write the store refused, each retry included;
+	// AppendRetried counts each retry of a write that waits.
+	AppendFailed()
+	AppendRetried()
+	// EventsWaiting moves the count of events held in memory until the
+	// store takes them.
+	EventsWaiting(delta int)
 }
 
-type nopObserver struct{}
+// NopObserver observes nothing; embed it to observe only some things.
+type NopObserver struct{}
 
-func (nopObserver) TurnCompleted(string)       {}
-func (nopObserver) ApprovalResolved(string)    {}
-func (nopObserver) UpdatesDropped(string, int) {}
-func (nopObserver) Redacted(int)               {}
-func (nopObserver) AgentsRunning(int)          {}
+func (NopObserver) TurnCompleted(string)       {}
+func (NopObserver) ApprovalResolved(string)    {}
+func (NopObserver) UpdatesDropped(string, int) {}
+func (NopObserver) Redacted(int)               {}
+func (NopObserver) AgentsRunning(int)          {}
+func (NopObserver) StoreHealthy(bool)          {}
+func (NopObserver) AppendFailed()              {}
+func (NopObserver) AppendRetried()             {}
+func (NopObserver) EventsWaiting(int)          {}
 
 // BuiltinAgent is an ACP agent that runs in-process: it reads requests from
 // stdin and writes to stdout until ctx ends or stdin closes. env is the
@@ -112,6 +133,9 @@ type Coordinator struct {
 	mu    sync.Mutex
 	boxes map[string]*box
 	slots *slots
+
+	health  storeHealth
+	stalled atomic.Int64 // boxes with writes waiting for the store
 
 	cl *clusterRun // nil without a cluster
 }
@@ -149,7 +173,7 @@ func New(cfg Config) (*Coordinator, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Observer == nil {
-		cfg.Observer = nopObserver{}
+		cfg.Observer = NopObserver{}
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -166,6 +190,9 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.MaxAgents <= 0 {
 		cfg.MaxAgents = DefaultMaxAgents
 	}
+	def(&cfg.StoreRetry, 100*time.Millisecond)
+	def(&cfg.StoreRetryMax, 5*time.Second)
+	cfg.StoreRetryMax = max(cfg.StoreRetryMax, cfg.StoreRetry)
 	if cfg.DefaultAgent == "" {
 		if names := agentNames(cfg); len(names) > 0 {
 			cfg.DefaultAgent = names[0]
@@ -264,15 +291,24 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
+	// After the checks: a request that can never succeed says so, outage or not.
+	if err := c.Writable(); err != nil {
+		return sandbox.Sandbox{}, err
+	}
 	var epoch uint64
 	if c.cl != nil {
 		if epoch, err = c.claimNew(ctx, sb.ID); err != nil {
 			return sandbox.Sandbox{}, err
 		}
 	}
-	if err := c.store.Create(ctx, sb, cfgJSON); err != nil {
+	err = c.store.Create(ctx, sb, cfgJSON)
+	c.noteWrite("", err)
+	if err != nil {
 		if c.cl != nil {
 			_ = c.cl.Release(context.WithoutCancel(ctx), sb.ID)
+		}
+		if storeFault(err) {
+			return sandbox.Sandbox{}, unavailable(err)
 		}
 		return sandbox.Sandbox{}, err
 	}
@@ -332,7 +368,12 @@ func (c *Coordinator) AppendEvents(ctx context.Context, id string, events ...*sa
 		}
 		ev.SandboxID = id
 	}
-	return c.store.Append(ctx, id, events, nil)
+	err := c.store.Append(ctx, id, events, nil)
+	c.noteWrite(id, err)
+	if storeFault(err) {
+		return unavailable(err)
+	}
+	return err
 }
 
 // Close stops every sandbox runtime: running turns are completed as

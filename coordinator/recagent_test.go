@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sparkles-dev/sparkles/coordinator"
 )
 
 // recAgent is a builtin agent that records what every run of it receives,
@@ -178,14 +180,10 @@ func (a *recAgent) waitRuns(t *testing.T, n int) {
 
 // dropCounter is an observer that counts dropped updates by kind.
 type dropCounter struct {
+	coordinator.NopObserver
 	mu      sync.Mutex
 	dropped map[string]int
 }
-
-func (d *dropCounter) TurnCompleted(string)    {}
-func (d *dropCounter) ApprovalResolved(string) {}
-func (d *dropCounter) Redacted(int)            {}
-func (d *dropCounter) AgentsRunning(int)       {}
 func (d *dropCounter) UpdatesDropped(kind string, n int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

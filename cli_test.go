@@ -31,11 +31,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "sparkles")
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	if out, err := exec.Command(goTool, "build", "-o", binary, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command(goTool(), "build", "-o", binary, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build sparkles: %v\n%s", err, out)
 		os.RemoveAll(dir)
 		os.Exit(1)
@@ -43,6 +39,14 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// goTool is the go command that runs the tests.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 // cliEnv is the environment of a run: nothing of the caller's SPARKLES_*
@@ -448,8 +452,22 @@ func TestCLIErrors(t *testing.T) {
 		env := cliEnv(t, "SPARKLES_URL="+srv.URL, "SPARKLES_TOKEN=wrong")
 		dataDir := envValue(env, "SPARKLES_DATA_DIR")
 		res := run(t, env, "sandbox", "list")
-		want := "sparkles: the server rejected the token; pass --token or set SPARKLES_TOKEN (the server's token is in " +
+		want := "sparkles: the server rejected the token of --token or SPARKLES_TOKEN; pass the server's token (a server on this machine keeps it in " +
 			filepath.Join(dataDir, "token") + ")\n"
+		if res.code == 0 || res.stderr != want {
+			t.Fatalf("got %v\nwant stderr %q", res, want)
+		}
+	})
+	t.Run("WrongTokenFile", func(t *testing.T) {
+		// The file of another data dir: the error names the file it read.
+		dataDir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dataDir, "token"), []byte("spk_other\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		env := append(cliEnv(t, "SPARKLES_URL="+srv.URL), "SPARKLES_DATA_DIR="+dataDir)
+		res := run(t, env, "sandbox", "list")
+		want := "sparkles: the server at " + srv.URL + " rejected the token in " + filepath.Join(dataDir, "token") +
+			"; pass the --data-dir of that server, or its token with --token\n"
 		if res.code == 0 || res.stderr != want {
 			t.Fatalf("got %v\nwant stderr %q", res, want)
 		}

@@ -59,7 +59,9 @@ func cliEnv(t *testing.T, env ...string) []string {
 			out = append(out, kv)
 		}
 	}
-	out = append(out, "SPARKLES_DATA_DIR="+t.TempDir())
+	// The demo agent of a server a test starts streams a slow reply at
+	// the tests' pace, not at the pace a person needs to try Ctrl-C.
+	out = append(out, "SPARKLES_DATA_DIR="+t.TempDir(), slowPauseEnv+"=10ms")
 	return append(out, env...)
 }
 

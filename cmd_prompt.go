@@ -40,7 +40,8 @@ func newPromptCommand() *cli.Command {
 			"when stdin is not a terminal: y allows this once, a takes the agent's always-option when it offers\n" +
 			"one (the agent may then stop asking), anything else denies.\n" +
 			"Exit status: 0 when the turn succeeded, 1 when it failed, 2 when it was canceled, 3 when it\n" +
-			"succeeded but a request of the agent was denied.",
+			"succeeded but a request of the agent was denied, 64 when the command line is wrong.\n\n" +
+			demoWordsHelp(),
 		Flags: clientFlags(
 			&cli.StringFlag{Name: "sandbox", EnvVars: []string{"SPARKLES_SANDBOX"}, Usage: "run the turn in this sandbox instead of a new one"},
 			&cli.StringFlag{Name: "agent", EnvVars: []string{"SPARKLES_SANDBOX_AGENT"}, Usage: "agent of the new sandbox (default: the server's default agent)"},

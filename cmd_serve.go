@@ -64,7 +64,11 @@ func newServeCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("cannot find the sparkles binary to run the demo agent: %w", err)
 			}
-			agents := map[string][]string{"demo": {exe, "agent", "demo"}}
+			demo, err := demoCommand(exe)
+			if err != nil {
+				return err
+			}
+			agents := map[string][]string{"demo": demo}
 			for _, a := range c.StringSlice("agent") {
 				name, command, ok := strings.Cut(a, "=")
 				if !ok || name == "" || strings.TrimSpace(command) == "" {

@@ -108,6 +108,7 @@ func newServeCommand() *cli.Command {
 				m.Close()
 				return err
 			}
+			greet(os.Stdout, m)
 			<-ctx.Done()
 			logger.Info("shutting down")
 			return m.Close()

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sparkles-dev/sparkles/client"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -243,6 +244,64 @@ func TestCLIEvents(t *testing.T) {
 		}
 		if !strings.Contains(lines[len(lines)-1], "turn.completed") {
 			t.Fatalf("last line is not the turn's end: %q", lines[len(lines)-1])
+		}
+	})
+	t.Run("Compact", func(t *testing.T) {
+		// One line per event that fits 100 columns, without the ids of
+		// parts and tools.
+		res := run(t, env, "events", id)
+		lines := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
+		if res.code != 0 || len(lines) != len(page.Events) {
+			t.Fatalf("%d lines for %d events: %v", len(lines), len(page.Events), res)
+		}
+		for _, line := range lines {
+			if n := utf8.RuneCountInString(line); n > 100 || strings.Contains(line, "tool_") || strings.Contains(line, "part_") {
+				t.Fatalf("a line of %d columns, or with a part or tool id:\n%s", n, line)
+			}
+		}
+	})
+	t.Run("FollowApproval", func(t *testing.T) {
+		// Following, an approval request says how to approve it.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, binary, "events", id, "--follow", "--since", sandbox.FormatID(page.Events[len(page.Events)-1].ID))
+		cmd.Env = env
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+		turn, err := srv.Client.StartTurn(ctx, id, "write follow.txt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := bufio.NewScanner(stdout)
+		var hint string
+		for hint == "" && lines.Scan() {
+			if i := strings.Index(lines.Text(), "→ sparkles approve "); i >= 0 {
+				hint = lines.Text()[i+len("→ "):]
+				if n := utf8.RuneCountInString(lines.Text()); n > 100 {
+					t.Fatalf("the hint takes %d columns:\n%s", n, lines.Text())
+				}
+			}
+		}
+		args := strings.Fields(strings.TrimSuffix(hint, " (or deny)"))
+		if len(args) != 4 || args[2] != id || !strings.HasPrefix(args[3], "appr_") {
+			t.Fatalf("approval hint %q, want sparkles approve %s appr_…", hint, id)
+		}
+		if res := run(t, env, args[1:]...); res.code != 0 {
+			t.Fatalf("the hint's command: %v", res)
+		}
+		for lines.Scan() {
+			if strings.Contains(lines.Text(), "turn.completed") {
+				break
+			}
+		}
+		if got, err := srv.Client.GetTurn(ctx, id, turn.ID); err != nil || got.Status != sandbox.TurnSucceeded {
+			t.Fatalf("turn after the hint's approve: %+v, %v", got, err)
 		}
 	})
 	t.Run("Follow", func(t *testing.T) {

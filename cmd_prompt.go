@@ -307,11 +307,12 @@ func turnExit(d *sandbox.TurnCompleted, denied int) error {
 // server again.
 func continueCommand(c *cli.Context, id string) string {
 	cmd := "sparkles prompt --sandbox " + id
-	if u := c.String("url"); u != defaultURL {
+	// What came from the environment is there for the next command too.
+	if u := c.String("url"); u != defaultURL && u != os.Getenv("SPARKLES_URL") {
 		cmd += " --url " + shellQuote(u)
 	}
-	if c.IsSet("data-dir") && c.String("token") == "" {
-		cmd += " --data-dir " + shellQuote(c.String("data-dir"))
+	if d := c.String("data-dir"); c.IsSet("data-dir") && c.String("token") == "" && d != os.Getenv("SPARKLES_DATA_DIR") {
+		cmd += " --data-dir " + shellQuote(d)
 	}
 	return cmd + ` "…"`
 }

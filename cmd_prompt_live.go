@@ -162,11 +162,7 @@ func (r *renderer) turnSummary(d *sandbox.TurnCompleted, denied int, next string
 		}
 	}
 	if u := d.Usage; u != nil && u.InputTokens+u.OutputTokens > 0 {
-		tokens := "tokens"
-		if u.InputTokens == 1 {
-			tokens = "token"
-		}
-		line += r.style(sgrDim, fmt.Sprintf(" · %d %s in, %d out", u.InputTokens, tokens, u.OutputTokens))
+		line += r.style(sgrDim, " · "+tokensUsed(u))
 	}
 	r.above(func() {
 		fmt.Fprintln(r.out, line)

@@ -136,6 +136,16 @@ func TestCLIPromptTerminal(t *testing.T) {
 			t.Fatalf("colours with NO_COLOR set:\n%s", r.vt)
 		}
 	})
+	t.Run("DumbTerminal", func(t *testing.T) {
+		// A terminal that cannot move the cursor gets a line per state.
+		r := startTTY(t, append(env, "TERM=dumb"), "prompt", "hello")
+		if code := r.wait(); code != 0 || !strings.Contains(r.vt.String(), "\n[read] Read README.md: running\n[read] Read README.md: completed\n") {
+			t.Fatalf("exit %d:\n%s", code, r.vt)
+		}
+		if r.vt.colored {
+			t.Fatalf("colours on a dumb terminal:\n%s", r.vt)
+		}
+	})
 	t.Run("CtrlCAtQuestion", func(t *testing.T) {
 		r := startTTY(t, env, "prompt", "write notes.txt")
 		r.waitFor("[N]o")

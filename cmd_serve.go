@@ -64,6 +64,9 @@ func newServeCommand() *cli.Command {
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SPARKLES_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 		}, agentFlags()...),
 		Action: func(c *cli.Context) error {
+			if err := checkAddr(c.String("addr")); err != nil {
+				return err
+			}
 			logger, err := newLogger(c.String("log-format"), c.String("log-level"))
 			if err != nil {
 				return err
@@ -128,6 +131,7 @@ func newServeCommand() *cli.Command {
 				m.Close()
 				return err
 			}
+			greet(os.Stdout, m)
 			<-ctx.Done()
 			logger.Info("shutting down")
 			return m.Close()

@@ -24,7 +24,11 @@ func agentFlags() []cli.Flag {
 // serveAgents builds the registry: the demo agent, the agents file, then
 // the --agent flags, each replacing an earlier entry of the same name.
 func serveAgents(c *cli.Context, exe string, log *slog.Logger) (registry.Registry, error) {
-	agents := registry.Registry{"demo": {Command: exe, Args: []string{"agent", "demo"}}}
+	demo, err := demoCommand(exe)
+	if err != nil {
+		return nil, err
+	}
+	agents := registry.Registry{"demo": {Command: demo[0], Args: demo[1:]}}
 	if path := c.String("agents-file"); path != "" {
 		file, err := registry.Load(path)
 		if err != nil {

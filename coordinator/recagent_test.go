@@ -184,6 +184,7 @@ type dropCounter struct {
 	mu      sync.Mutex
 	dropped map[string]int
 }
+
 func (d *dropCounter) UpdatesDropped(kind string, n int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

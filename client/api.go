@@ -30,6 +30,12 @@ type CreatedSandbox struct {
 	StreamToken string `json:"stream_token"`
 }
 
+// MarshalJSON writes the create answer as the server wrote it, token
+// included (an application may pass it on to its front end).
+func (c CreatedSandbox) MarshalJSON() ([]byte, error) {
+	return sandbox.MarshalWithStreamToken(c.Sandbox, c.StreamToken)
+}
+
 // CreateSandbox creates a sandbox; its agent boots in the background.
 func (c *Client) CreateSandbox(ctx context.Context, r CreateSandboxRequest) (CreatedSandbox, error) {
 	var out CreatedSandbox

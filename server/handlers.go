@@ -26,6 +26,10 @@ type createdSandbox struct {
 	StreamToken string `json:"stream_token"`
 }
 
+func (c createdSandbox) MarshalJSON() ([]byte, error) {
+	return sandbox.MarshalWithStreamToken(c.Sandbox, c.StreamToken)
+}
+
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	var p coordinator.CreateParams
 	if err := decodeBody(w, r, &p); err != nil {

@@ -52,14 +52,17 @@ func runResume(t *testing.T, a agentsuite.Adapter, argv []string) {
 	script := &fakemodel.Script{}
 	model := httptest.NewServer(a.Model(script))
 	t.Cleanup(model.Close)
-	env, secrets, err := a.Setup(model.URL, t.TempDir())
+	home := t.TempDir()
+	env, secrets, err := a.Setup(model.URL, home)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dataDir := t.TempDir()
 	t.Cleanup(func() { killStrays(t, dataDir) })
 	const token = "spk_resume_test_token_0123456789"
-	args := []string{"--boot-timeout", "90s", "--agent-idle-timeout", "2s", "--agent", a.Name + "=" + strings.Join(argv, " ")}
+	// The adapter keeps its sessions under its HOME, the test's: the
+	// confined agent is let write it, as in the conformance suite.
+	args := []string{"--boot-timeout", "90s", "--agent-idle-timeout", "2s", "--agent", a.Name + "=" + strings.Join(argv, " "), "--agent-write-path", home}
 	p := startServe(t, cliEnv(t), dataDir, token, args...)
 	p.waitServing()
 	var sb sandbox.Sandbox

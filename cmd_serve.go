@@ -331,6 +331,11 @@ func (m *Main) openLauncher() error {
 		if m.Confine.Network == confine.NetworkNone {
 			return errors.New("--agent-network none needs isolation; drop --isolation=off")
 		}
+		for _, name := range m.Agents.Names() {
+			if m.Agents[name].Confined() {
+				return fmt.Errorf("agent %q sets network, read_paths or write_paths, which need isolation; drop --isolation=off or those settings", name)
+			}
+		}
 		m.isolation = "off"
 		m.Logger.Warn("agents run unconfined, with the server user's rights (--isolation=off)")
 		return nil
@@ -350,6 +355,13 @@ func (m *Main) openLauncher() error {
 	}
 	if err != nil {
 		return fmt.Errorf("agents cannot be confined on this machine: %v; pass --isolation=off (SPARKLES_ISOLATION=off) to run them unconfined, with the server user's rights", err)
+	}
+	for _, name := range m.Agents.Names() {
+		a := m.Agents[name]
+		if err := l.Check(confinementOf(a)); errors.As(err, &bad) {
+			field := map[string]string{"Network": "network", "ReadPaths": "read_paths", "WritePaths": "write_paths"}[bad.Field]
+			return fmt.Errorf("agent %q: %s %s", name, field, bad.Msg)
+		}
 	}
 	m.Launcher, m.isolation = l, l.Isolation()
 	m.Logger.Info("agents are confined", append([]any{"isolation", m.isolation}, l.LogAttrs()...)...)
@@ -559,4 +571,9 @@ func loadToken(dataDir, given string) (token, path string, err error) {
 		return "", "", fmt.Errorf("cannot write token file %s (%v); pass a writable --data-dir or --token", path, unwrapPath(err))
 	}
 	return token, path, nil
+}
+
+// confinementOf is what an agent's registry entry adds to the confinement.
+func confinementOf(a registry.Agent) agent.Confinement {
+	return agent.Confinement{Network: a.Network, ReadPaths: a.ReadPaths, WritePaths: a.WritePaths}
 }

@@ -47,11 +47,6 @@ func serveAgents(c *cli.Context, exe string, log *slog.Logger) (registry.Registr
 	}
 	for _, name := range agents.Names() {
 		a := agents[name]
-		if a.Confined() {
-			// Stored for the agent launcher; said aloud so that nobody
-			// takes a setting this build keeps for a confinement it does.
-			log.Warn("the agent's network, read_paths and write_paths are kept but not enforced by this build", "agent", name)
-		}
 		if !a.Available() {
 			log.Warn("the agent's command is not found; its sandboxes fail to start until it is installed", "agent", name, "command", a.Command)
 		}

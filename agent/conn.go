@@ -73,6 +73,9 @@ type Config struct {
 	// agents are not processes and are never confined.
 	Launcher Launcher
 	Sandbox  string
+	// Confinement is what this agent's registry entry adds to the
+	// launcher's (see Launcher).
+	Confinement Confinement
 	// Session is an earlier ACP session of this agent to go on with: when
 	// the agent advertises loadSession, boot asks for it with session/load
 	// instead of opening a new one. If the agent refuses, a new session

@@ -376,7 +376,10 @@ func (b *box) boot(forTurn bool) {
 		Run:     builtin,
 		Dir:     work,
 		Env:     agentEnv(reg, cfg),
-		Logger:  b.log(),
+		Confinement: agent.Confinement{
+			Network: reg.Network, ReadPaths: reg.ReadPaths, WritePaths: reg.WritePaths,
+		},
+		Logger: b.log(),
 
 		Launcher: b.c.cfg.Launcher,
 		Sandbox:  b.dir(),

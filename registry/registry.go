@@ -24,7 +24,7 @@ import (
 // Agent is one registered agent.
 type Agent struct {
 	// Command is the program: an absolute path, or a name looked up on
-	// PATH (the agent's own PATH when its env sets one).
+	// the server's PATH.
 	Command string   `json:"command"`
 	Args    []string `json:"args,omitempty"`
 	// Env is set in the agent's processes. The operator writes it, so it
@@ -76,17 +76,10 @@ func (a Agent) Available() bool {
 	if strings.ContainsRune(a.Command, filepath.Separator) {
 		return isExecutable(a.Command)
 	}
-	path, ok := a.Environ(os.LookupEnv)["PATH"]
-	if !ok {
-		_, err := exec.LookPath(a.Command)
-		return err == nil
-	}
-	for _, d := range filepath.SplitList(path) {
-		if filepath.IsAbs(d) && isExecutable(filepath.Join(d, a.Command)) {
-			return true
-		}
-	}
-	return false
+	// The server's PATH, as the agent is started: never one an
+	// environment sets (see agent's lookPath).
+	_, err := exec.LookPath(a.Command)
+	return err == nil
 }
 
 func isExecutable(p string) bool {

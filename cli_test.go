@@ -383,10 +383,30 @@ func TestCLISandbox(t *testing.T) {
 			t.Fatalf("get: %v", res)
 		}
 	})
+	t.Run("ListNewestFirst", func(t *testing.T) {
+		second := run(t, env, "sandbox", "create", "--json")
+		var sb2 client.CreatedSandbox
+		if err := json.Unmarshal([]byte(second.stdout), &sb2); err != nil {
+			t.Fatalf("create: %v", second)
+		}
+		res := run(t, env, "sandbox", "list")
+		if i, j := strings.Index(res.stdout, sb2.ID), strings.Index(res.stdout, sb.ID); i < 0 || j < 0 || i > j {
+			t.Fatalf("list, want %s before %s (newest first): %v", sb2.ID, sb.ID, res)
+		}
+		t.Cleanup(func() { run(t, env, "sandbox", "delete", sb2.ID) })
+	})
 	t.Run("Delete", func(t *testing.T) {
 		res := run(t, env, "sandbox", "delete", sb.ID)
 		if res.code != 0 || res.stdout != "deleted "+sb.ID+"\n" {
 			t.Fatalf("delete: %v", res)
+		}
+	})
+	t.Run("ListHidesDeleted", func(t *testing.T) {
+		if res := run(t, env, "sandbox", "list"); strings.Contains(res.stdout, sb.ID) {
+			t.Fatalf("a deleted sandbox is listed without --all: %v", res)
+		}
+		if res := run(t, env, "sandbox", "list", "--all"); !strings.Contains(res.stdout, sb.ID) {
+			t.Fatalf("--all does not list the deleted sandbox: %v", res)
 		}
 	})
 	t.Run("ErrNotFound", func(t *testing.T) {

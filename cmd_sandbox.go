@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -65,8 +66,8 @@ func newSandboxCommand() *cli.Command {
 			},
 			{
 				Name:  "list",
-				Usage: "list sandboxes, oldest first",
-				Flags: clientFlags(jsonFlag()),
+				Usage: "list sandboxes, newest first (as the console does); deleted ones only with --all",
+				Flags: clientFlags(jsonFlag(), &cli.BoolFlag{Name: "all", EnvVars: []string{"SPARKLES_LIST_ALL"}, Usage: "list deleted sandboxes too"}),
 				Action: func(c *cli.Context) error {
 					if _, err := positional(c, 0, 0); err != nil {
 						return err
@@ -80,8 +81,13 @@ func newSandboxCommand() *cli.Command {
 						if err != nil {
 							return api.describe(err)
 						}
-						list = append(list, sb)
+						if sb.Status != sandbox.StatusDeleted || c.Bool("all") {
+							list = append(list, sb)
+						}
 					}
+					// The API pages in creation order; people look for the
+					// sandbox they just made.
+					slices.Reverse(list)
 					if c.Bool("json") {
 						return printJSON(c.App.Writer, list)
 					}

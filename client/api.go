@@ -30,6 +30,16 @@ type CreatedSandbox struct {
 	StreamToken string `json:"stream_token"`
 }
 
+// MarshalJSON writes the sandbox and then the token, as the server answers
+// it (the embedded Sandbox's own MarshalJSON would drop the token).
+func (c CreatedSandbox) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(c.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	return sandbox.AppendObjectField(b, "stream_token", c.StreamToken)
+}
+
 // CreateSandbox creates a sandbox; its agent boots in the background.
 func (c *Client) CreateSandbox(ctx context.Context, r CreateSandboxRequest) (CreatedSandbox, error) {
 	var out CreatedSandbox

@@ -174,6 +174,7 @@ func (s *Server) newRouter() *httprouter.Router {
 		{http.MethodPost, "/v1/sandboxes/:id/approvals/:approval_id", accessFull, s.decide},
 		{http.MethodGet, "/v1/sandboxes/:id/events", accessRead, s.eventsPage},
 		{http.MethodGet, "/v1/sandboxes/:id/events/stream", accessRead, s.stream},
+		{http.MethodGet, "/v1/openapi.json", accessFull, s.openAPI},
 	}
 	if s.cfg.Metrics != nil {
 		s.routes = append(s.routes, route{http.MethodGet, "/metrics", accessFull, s.metrics})

@@ -75,7 +75,16 @@ func Load(doc []byte) (*Spec, error) {
 			s.schema[name] = proxy.Schema()
 		}
 	}
-	ref, _ := lookup(raw, "paths", StreamPath, "get", "responses", "200", "content", "text/event-stream", FrameExtension).(string)
+	// The extension is looked for on every media type of the answer, so
+	// that a document which gives the stream another media type loads and
+	// then fails on the stream's real Content-Type.
+	var ref string
+	content, _ := lookup(raw, "paths", StreamPath, "get", "responses", "200", "content").(map[string]any)
+	for _, mt := range content {
+		if r, ok := lookup(mt, FrameExtension).(string); ok {
+			ref = r
+		}
+	}
 	name, ok := strings.CutPrefix(ref, "#/components/schemas/")
 	if s.frame = s.schema[name]; !ok || s.frame == nil {
 		return nil, fmt.Errorf("openapi: the stream's media type names no frame schema in %s (%q)", FrameExtension, ref)

@@ -8,7 +8,9 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/apitest"
 )
 
-func readDoc(t *testing.T) []byte {
+func readDoc(t *testing.T) []byte { return readDocB(t) }
+
+func readDocB(t testing.TB) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "server", "openapi.json"))
 	if err != nil {

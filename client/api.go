@@ -30,10 +30,14 @@ type CreatedSandbox struct {
 	StreamToken string `json:"stream_token"`
 }
 
-// MarshalJSON writes the create answer as the server wrote it, token
-// included (an application may pass it on to its front end).
+// MarshalJSON writes the sandbox and then the token, as the server answers
+// it (the embedded Sandbox's own MarshalJSON would drop the token).
 func (c CreatedSandbox) MarshalJSON() ([]byte, error) {
-	return sandbox.MarshalWithStreamToken(c.Sandbox, c.StreamToken)
+	b, err := json.Marshal(c.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	return sandbox.AppendObjectField(b, "stream_token", c.StreamToken)
 }
 
 // CreateSandbox creates a sandbox; its agent boots in the background.

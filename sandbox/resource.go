@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"crypto/rand"
-	"encoding/json"
 	"strings"
 	"sync"
 	"time"
@@ -99,50 +98,4 @@ func NewID(prefix string) string {
 // Marks returns the watermarks of the sandbox's log.
 func (sb Sandbox) Marks() Marks {
 	return Marks{OldestEventID: sb.OldestEventID, PrunedThrough: sb.PrunedThrough, LastEventID: sb.LastEventID}
-}
-
-// MarshalJSON writes the resource with its timestamps as SPEC §3 writes
-// every timestamp: UTC with exactly three digits of milliseconds.
-func (sb Sandbox) MarshalJSON() ([]byte, error) {
-	type plain Sandbox
-	return json.Marshal(struct {
-		plain
-		CreatedAt string `json:"created_at"`
-		UpdatedAt string `json:"updated_at"`
-	}{plain(sb), FormatTime(sb.CreatedAt), FormatTime(sb.UpdatedAt)})
-}
-
-// MarshalJSON writes the turn with its timestamps in the format of SPEC §3.
-func (t Turn) MarshalJSON() ([]byte, error) {
-	type plain Turn
-	var completed *string
-	if t.CompletedAt != nil {
-		s := FormatTime(*t.CompletedAt)
-		completed = &s
-	}
-	return json.Marshal(struct {
-		plain
-		CreatedAt   string  `json:"created_at"`
-		CompletedAt *string `json:"completed_at"`
-	}{plain(t), FormatTime(t.CreatedAt), completed})
-}
-
-// FormatTime writes t as every timestamp of the API is written.
-func FormatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
-
-// MarshalWithStreamToken writes sb as its MarshalJSON does, with the
-// stream_token of the create answer added. A type that embeds a Sandbox
-// beside its token must marshal through it: the embedded MarshalJSON would
-// otherwise write the Sandbox alone and drop the token.
-func MarshalWithStreamToken(sb Sandbox, token string) ([]byte, error) {
-	b, err := json.Marshal(sb)
-	if err != nil {
-		return nil, err
-	}
-	tok, err := json.Marshal(token)
-	if err != nil {
-		return nil, err
-	}
-	b = append(b[:len(b)-1], `,"stream_token":`...)
-	return append(append(b, tok...), '}'), nil
 }

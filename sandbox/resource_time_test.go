@@ -38,21 +38,3 @@ func TestResourceTimes(t *testing.T) {
 		t.Errorf("an open turn: %s, want completed_at null", b)
 	}
 }
-
-func TestMarshalWithStreamToken(t *testing.T) {
-	b, err := sandbox.MarshalWithStreamToken(sandbox.Sandbox{ID: "c_1"}, "st_c_1.x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got struct {
-		ID          string `json:"id"`
-		CreatedAt   string `json:"created_at"`
-		StreamToken string `json:"stream_token"`
-	}
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatalf("%s: %v", b, err)
-	}
-	if got.ID != "c_1" || got.StreamToken != "st_c_1.x" || got.CreatedAt != "0001-01-01T00:00:00.000Z" {
-		t.Fatalf("%s", b)
-	}
-}

@@ -181,6 +181,7 @@ func (s *Server) newRouter() *httprouter.Router {
 		{http.MethodGet, "/v1/sandboxes/:id/events", accessRead, s.eventsPage},
 		{http.MethodGet, "/v1/sandboxes/:id/events/stream", accessRead, s.stream},
 		{http.MethodGet, "/v1/agents", accessFull, s.listAgents},
+		{http.MethodGet, "/v1/openapi.json", accessFull, s.openAPI},
 	}
 	if s.cfg.Metrics != nil {
 		s.routes = append(s.routes, route{http.MethodGet, "/metrics", accessFull, s.metrics})

@@ -5,6 +5,11 @@
 package natstest
 
 import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,4 +83,129 @@ func RunServerConfig(tb testing.TB, cfg Config) (url string, stop func()) {
 	}
 	tb.Cleanup(stop)
 	return s.ClientURL(), stop
+}
+
+// Cluster is a JetStream cluster of servers in the test process.
+type Cluster struct {
+	tb      testing.TB
+	servers []*server.Server
+}
+
+// RunCluster starts n NATS servers with JetStream that form one cluster on
+// 127.0.0.1, and waits until its JetStream has a meta leader and every
+// server knows every peer, so a stream with n replicas can be created.
+// Each server is shut down by tb.Cleanup.
+func RunCluster(tb testing.TB, n int) *Cluster {
+	tb.Helper()
+	// A clustered server needs its routes at start, so the cluster ports
+	// are chosen first: free ones, taken by the servers a moment later.
+	routes := make([]*url.URL, n)
+	for i := range routes {
+		routes[i] = &url.URL{Scheme: "nats-route", Host: freeAddr(tb)}
+	}
+	c := &Cluster{tb: tb}
+	for i := range n {
+		_, port, _ := net.SplitHostPort(routes[i].Host)
+		cport, _ := strconv.Atoi(port)
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("s%d", i+1),
+			Host:       "127.0.0.1",
+			Port:       server.RANDOM_PORT,
+			JetStream:  true,
+			StoreDir:   tb.TempDir(),
+			SyncAlways: true,
+			NoLog:      true,
+			NoSigs:     true,
+			Cluster: server.ClusterOpts{
+				Name: "sparkles-test",
+				Host: "127.0.0.1",
+				Port: cport,
+			},
+			Routes:             routes,
+			JetStreamMaxMemory: 64 << 20,
+			JetStreamMaxStore:  1 << 30,
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			tb.Fatalf("nats server: %v", err)
+		}
+		go s.Start()
+		tb.Cleanup(func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		})
+		c.servers = append(c.servers, s)
+	}
+	for _, s := range c.servers {
+		if !s.ReadyForConnections(10 * time.Second) {
+			tb.Fatal("nats server: not ready for connections within 10s")
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !c.formed() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("nats cluster: %d servers did not form a JetStream cluster within 30s", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return c
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// formed reports whether the running servers have a meta leader that
+// counts every server as a peer, and every one of them is current with it.
+func (c *Cluster) formed() bool {
+	leader := false
+	for _, s := range c.servers {
+		if !s.Running() {
+			continue
+		}
+		if !s.JetStreamIsCurrent() {
+			return false
+		}
+		if s.JetStreamIsLeader() {
+			leader = len(s.JetStreamClusterPeers()) == len(c.servers)
+		}
+	}
+	return leader
+}
+
+// URL is the client URL of every server, comma-separated, as a client that
+// fails over between them is given it.
+func (c *Cluster) URL() string {
+	urls := make([]string, len(c.servers))
+	for i, s := range c.servers {
+		urls[i] = s.ClientURL()
+	}
+	return strings.Join(urls, ",")
+}
+
+// Len is the number of servers.
+func (c *Cluster) Len() int { return len(c.servers) }
+
+// Stop shuts server i down and waits, as when its machine goes away.
+func (c *Cluster) Stop(i int) {
+	c.servers[i].Shutdown()
+	c.servers[i].WaitForShutdown()
+}
+
+// StreamLeader returns the index of the server that leads the stream
+// named name in the account of the clients, or -1.
+func (c *Cluster) StreamLeader(name string) int {
+	for i, s := range c.servers {
+		if s.Running() && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, name) {
+			return i
+		}
+	}
+	return -1
 }

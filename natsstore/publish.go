@@ -111,7 +111,7 @@ func (s *Store) publishSure(ctx context.Context, id string, batch []prepared, v 
 	unsure := false
 	for attempt := 1; ; attempt++ {
 		actx, cancel := s.attemptCtx(ctx)
-		got, err := s.publish(actx, id, batch[len(seqs):], last, fence)
+		got, err := s.hooks.publishing(func() ([]uint64, error) { return s.publish(actx, id, batch[len(seqs):], last, fence) })
 		cancel()
 		if err == nil {
 			return append(seqs, got...), nil

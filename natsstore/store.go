@@ -119,12 +119,22 @@ type testHooks struct {
 	// beforeCommit runs once an append's events are stored (or at once if
 	// it has none), before its state is.
 	beforeCommit func(id string)
+	// publish wraps each attempt to publish an append's events: it may
+	// make it or not, and say what the writer learns of it.
+	publish func(do func() ([]uint64, error)) ([]uint64, error)
 }
 
 func (h *testHooks) sent(id string, i int) {
 	if h != nil && h.afterSend != nil {
 		h.afterSend(id, i)
 	}
+}
+
+func (h *testHooks) publishing(do func() ([]uint64, error)) ([]uint64, error) {
+	if h != nil && h.publish != nil {
+		return h.publish(do)
+	}
+	return do()
 }
 
 func (h *testHooks) committing(id string) {

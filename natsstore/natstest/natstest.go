@@ -24,6 +24,13 @@ type Config struct {
 	// interval, its own default, instead of before every acknowledgement.
 	// Only benchmarks that compare the two want it.
 	SyncInterval time.Duration
+	// NoJetStream runs the server without JetStream, as a misconfigured
+	// deployment would.
+	NoJetStream bool
+	// Port is the client port (default a free one). A test that stops a
+	// server and starts another on the same Dir and Port sees its clients
+	// reconnect, as to a server that restarted.
+	Port int
 }
 
 // RunServer starts a NATS server with JetStream on a fresh directory in
@@ -50,10 +57,13 @@ func RunServerConfig(tb testing.TB, cfg Config) (url string, stop func()) {
 	if cfg.Dir == "" {
 		cfg.Dir = tb.TempDir()
 	}
+	if cfg.Port == 0 {
+		cfg.Port = server.RANDOM_PORT
+	}
 	opts := &server.Options{
 		Host:      "127.0.0.1",
-		Port:      server.RANDOM_PORT,
-		JetStream: true,
+		Port:      cfg.Port,
+		JetStream: !cfg.NoJetStream,
 		StoreDir:  cfg.Dir,
 		// An acknowledged publish is on disk, as the store's contract
 		// requires: the server's default syncs on an interval.

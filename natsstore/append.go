@@ -202,11 +202,12 @@ func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, muta
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.loadForWrite(ctx, e, epoch)
+	check := func(v view) error { return s.checkHold(id, epoch, v) }
+	v, err := s.loadForWrite(ctx, e, check)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkHold(id, epoch, v); err != nil {
+	if err := check(v); err != nil {
 		return nil, err
 	}
 	work := v.st.Clone()
@@ -364,10 +365,10 @@ func (s *Store) updateState(ctx context.Context, id string, data []byte, rev uin
 // its log and fence subject. The cached state serves while it is the
 // latest this process knows of; otherwise it is read from the bucket and
 // repaired: events that an interrupted append left in the stream beyond
-// the state are folded in and stored before anything else is written. An
-// append of epoch (not 0) that the state or the fence refuse is refused
-// before it repairs anything. The caller holds e.wmu.
-func (s *Store) loadForWrite(ctx context.Context, e *entry, epoch uint64) (view, error) {
+// the state are folded in and stored before anything else is written.
+// check, when not nil, may refuse the write (an append the state or the
+// fence refuse) before it repairs anything. The caller holds e.wmu.
+func (s *Store) loadForWrite(ctx context.Context, e *entry, check func(view) error) (view, error) {
 	s.mu.Lock()
 	gone, st, owner, rev, tip, fence, tipOK := e.gone, e.state, e.owner, e.rev, e.tip, e.fence, e.tipOK
 	s.mu.Unlock()
@@ -387,8 +388,10 @@ func (s *Store) loadForWrite(ctx context.Context, e *entry, epoch uint64) (view,
 			return view{}, err
 		}
 		v := view{cur, tip, fence}
-		if err := checkHold(e.id, epoch, v); err != nil {
-			return view{}, err
+		if check != nil {
+			if err := check(v); err != nil {
+				return view{}, err
+			}
 		}
 		if tip <= uint64(cur.st.Sandbox.LastEventID) {
 			s.setTip(e, cur.rev, tip, fence)
@@ -481,7 +484,7 @@ func (s *Store) refold(ctx context.Context, e *entry, mutate func(*sandbox.State
 		return nil, view{}, ch, err
 	}
 	v = view{cur, tip, fence}
-	if err := checkHold(e.id, epoch, v); err != nil {
+	if err := s.checkHold(e.id, epoch, v); err != nil {
 		return nil, view{}, ch, err
 	}
 	work = cur.st.Clone()

@@ -96,8 +96,9 @@
 // earlier holder's key-value writes. An append refused so fails with a
 // *FencedError (coordinator.ErrFenced) and writes nothing; one made after
 // this process learned that its leases lapsed is refused before it sends
-// anything. A process that never took a sandbox's lease (no cluster)
-// writes it unfenced, as before.
+// anything. A node of a cluster that holds no lease of a sandbox that has
+// a fence may not write it at all; a store without a cluster writes
+// unfenced, as before.
 //
 // Events an earlier holder stored before the fence are part of the log:
 // the new holder folds them in when it takes over, before it writes. The

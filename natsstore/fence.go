@@ -32,7 +32,8 @@ import (
 //     and the takeover moves that revision, so writes of the earlier holder
 //     are refused too;
 //   - an append by a process whose hold is known lost (its lease lapsed, a
-//     newer fence was seen) is refused before anything is sent.
+//     newer fence was seen) is refused before anything is sent, and so is
+//     one by a node that never held the lease of a fenced sandbox.
 
 // FencedError is an append refused because this process does not hold the
 // sandbox's log (any more): another node put up a newer fence, or this
@@ -151,9 +152,18 @@ func (s *Store) holding(id string) bool {
 
 // checkHold refuses an append of epoch when the state or the fence subject
 // name another holder. A fence subject found empty is one whose fence the
-// stream's age limit removed: the state's owner then says who holds it.
-func checkHold(id string, epoch uint64, v view) error {
+// stream's age limit removed: the state's owner then says who holds it. A
+// process of a cluster that holds no lease of the sandbox (epoch 0) may
+// not write it once any node has fenced it; without a cluster, writes are
+// unfenced.
+func (s *Store) checkHold(id string, epoch uint64, v view) error {
 	if epoch == 0 {
+		s.mu.Lock()
+		inCluster := s.cluster != nil
+		s.mu.Unlock()
+		if inCluster && (v.fence != 0 || v.owner != 0) {
+			return &FencedError{SandboxID: id, Holder: max(v.fence, v.owner)}
+		}
 		return nil
 	}
 	if v.fence != 0 && v.fence != epoch {

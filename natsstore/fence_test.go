@@ -231,6 +231,17 @@ func testFence(t *testing.T, url string, replicas int) {
 		natsstore.SetHooks(f.a, nil, nil)
 		f.checkAfter(fence, mustAppend(t, f.b, f.id, textEvent("b1")))
 	})
+	t.Run("NeverHeld", func(t *testing.T) {
+		// b never took the lease a holds: in a cluster, it may not write
+		// the sandbox at all.
+		f := newFenced(t, url, replicas)
+		before := f.lastLog()
+		mustRefuse(t, f.b.Append(ctx, f.id, []*sandbox.Event{textEvent("not mine")}, nil))
+		if got := f.lastLog(); got != before {
+			t.Fatalf("the log's last message moved from %d to %d", before, got)
+		}
+		mustAppend(t, f.a, f.id, textEvent("a3"))
+	})
 	t.Run("LapsedHere", func(t *testing.T) {
 		// a learns that its leases lapsed and nobody took the sandbox: it
 		// sends nothing.

@@ -73,7 +73,7 @@ func (s *Store) Prune(ctx context.Context, id string, through uint64, batch int)
 // the view it was made from.
 func (s *Store) commitMarks(ctx context.Context, e *entry, op string, change func(st *sandbox.State, owner *uint64) (bool, error)) (uint64, view, error) {
 	for attempt := 1; ; attempt++ {
-		v, err := s.loadForWrite(ctx, e, 0)
+		v, err := s.loadForWrite(ctx, e, nil)
 		if err != nil {
 			return 0, view{}, err
 		}

@@ -578,6 +578,6 @@ func (s *Store) repairOne(ctx context.Context, id string) error {
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
 	s.invalidate(e)
-	_, err = s.loadForWrite(ctx, e, 0)
+	_, err = s.loadForWrite(ctx, e, nil)
 	return err
 }

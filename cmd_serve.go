@@ -42,6 +42,7 @@ func newServeCommand() *cli.Command {
 			&cli.BoolFlag{Name: "start-empty", EnvVars: []string{"SPARKLES_START_EMPTY"}, Usage: "start with a new database even though the data dir's is missing or empty beside sandbox directories (their sandboxes are forgotten)"},
 			&cli.StringFlag{Name: "node-id", EnvVars: []string{"SPARKLES_NODE_ID"}, Usage: "this coordinator's name among those sharing a NATS store: letters, digits, - and _ (default: host name and process id)"},
 			&cli.DurationFlag{Name: "lease-ttl", Value: natsstore.DefaultLeaseTTL, EnvVars: []string{"SPARKLES_LEASE_TTL"}, Usage: "with a NATS store: how long after a coordinator stops renewing its leases another one takes its sandboxes over"},
+			&cli.IntFlag{Name: "nats-replicas", Value: 1, EnvVars: []string{"SPARKLES_NATS_REPLICAS"}, Usage: "with a NATS store: replicas of the stream and buckets serve creates (3 on a JetStream cluster); existing ones keep theirs"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"SPARKLES_TOKEN"}, Usage: "bearer token of the API (default: generated once, kept in <data-dir>/token)"},
 			&cli.DurationFlag{Name: "keepalive", Value: 15 * time.Second, EnvVars: []string{"SPARKLES_KEEPALIVE"}, Usage: "SSE ping interval while a stream is idle"},
 			&cli.StringFlag{Name: "default-agent", Value: "demo", EnvVars: []string{"SPARKLES_DEFAULT_AGENT"}, Usage: "agent of sandboxes created without one"},
@@ -97,6 +98,7 @@ func newServeCommand() *cli.Command {
 				StartEmpty:      c.Bool("start-empty"),
 				NodeID:          c.String("node-id"),
 				LeaseTTL:        c.Duration("lease-ttl"),
+				NATSReplicas:    c.Int("nats-replicas"),
 				Token:           c.String("token"),
 				Keepalive:       c.Duration("keepalive"),
 				Agents:          agents,
@@ -190,6 +192,7 @@ type Main struct {
 	StoreURL        string
 	NodeID          string
 	LeaseTTL        time.Duration
+	NATSReplicas    int // of the stream and buckets that serve creates on NATS; 0 is 1
 	Token           string
 	Keepalive       time.Duration
 	Agents          registry.Registry
@@ -413,22 +416,31 @@ func (m *Main) openStore(ctx context.Context) (st Store, where string, err error
 		m.writable = bs.Writable
 		return bs, where, nil
 	}
-	u, err := url.Parse(m.StoreURL)
-	if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
-		return nil, "", fmt.Errorf("--store %q: want nats://HOST:PORT (or tls://HOST:PORT), or nothing for the bbolt file in --data-dir", m.StoreURL)
+	// Several servers of one JetStream cluster are given comma-separated,
+	// so the connection moves to another when one goes away.
+	var wheres []string
+	for _, part := range strings.Split(m.StoreURL, ",") {
+		u, err := url.Parse(strings.TrimSpace(part))
+		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+			return nil, "", fmt.Errorf("--store %q: want nats://HOST:PORT (or tls://HOST:PORT; several of one cluster comma-separated), or nothing for the bbolt file in --data-dir", m.StoreURL)
+		}
+		wheres = append(wheres, u.Redacted())
 	}
-	where = u.Redacted()
+	where = strings.Join(wheres, ",")
+	if m.NATSReplicas < 0 || m.NATSReplicas > 5 {
+		return nil, "", fmt.Errorf("--nats-replicas %d: JetStream keeps 1 to 5 replicas (3 on a cluster of 3 or more servers)", m.NATSReplicas)
+	}
 	if m.NodeID == "" {
 		m.NodeID = natsstore.DefaultNodeName()
 	}
 	// The stream's own age limit is a safety net far above the retention
 	// loop's, which prunes first and moves the watermarks as it does.
 	safety := 2 * max(m.Retention.MaxAge, retention.DefaultMaxAge)
-	ns, err := natsstore.Open(ctx, m.StoreURL, natsstore.Options{Logger: m.Logger, MaxAge: safety, Observer: m.Metrics})
+	ns, err := natsstore.Open(ctx, m.StoreURL, natsstore.Options{Logger: m.Logger, MaxAge: safety, Observer: m.Metrics, Replicas: m.NATSReplicas})
 	if err != nil {
-		return nil, "", fmt.Errorf("cannot open the NATS store at %s (%w); is nats-server running with JetStream (-js)?", where, err)
+		return nil, "", fmt.Errorf("cannot open the NATS store at %s: %w", where, err)
 	}
-	cl, err := ns.JoinCluster(ctx, natsstore.ClusterOptions{Node: m.NodeID, LeaseTTL: m.LeaseTTL, Logger: m.Logger})
+	cl, err := ns.JoinCluster(ctx, natsstore.ClusterOptions{Node: m.NodeID, LeaseTTL: m.LeaseTTL, Logger: m.Logger, Replicas: m.NATSReplicas})
 	if err != nil {
 		ns.Close()
 		if errors.Is(err, natsstore.ErrNodeInUse) {
@@ -468,7 +480,8 @@ func (m *Main) Close() error {
 }
 
 // ready is what /readyz asks: the store answers and takes writes,
-// retention runs, and with a NATS store this node's leases hold.
+// retention runs, and with a NATS store the connection, the stream and the
+// bucket are up and this node's leases hold.
 func (m *Main) ready() error {
 	if _, _, err := m.Store.Sandboxes(context.Background(), "", 1); err != nil {
 		return fmt.Errorf("the database does not answer (%w); see the server log", err)
@@ -486,6 +499,11 @@ func (m *Main) ready() error {
 			return errors.New(se.Message)
 		}
 		return err
+	}
+	if h, ok := m.Store.(interface{ Health(context.Context) error }); ok {
+		if err := h.Health(context.Background()); err != nil {
+			return fmt.Errorf("the NATS store cannot write: %w", err)
+		}
 	}
 	if !m.Retainer.Alive() {
 		return errors.New("the retention loop is not running or makes no progress; see the server log for its last error")

@@ -95,7 +95,9 @@ func unavailableBecause(reason string) error {
 // to a write refused for what it is (an unknown sandbox, a mutate's error,
 // an invalid event, the caller giving up), which no retry would change.
 func storeFault(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) {
+	// A fenced append is no fault of the store: another node holds the
+	// sandbox now, and this node's runtime of it is retired, not retried.
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ErrFenced) {
 		return false
 	}
 	var se *sandbox.Error

@@ -49,11 +49,20 @@ func (b *box) startTurn(input string) (sandbox.Turn, error) {
 	// The turn is accepted only once the store has it: a 202 for a turn
 	// the log never heard of would be a turn nobody can find.
 	err := b.tryWrite(nil, func(st *sandbox.State) error {
+		// The stored state decides, not what this node last read: a node
+		// that took the sandbox over just after another deleted it may
+		// have read it before the delete.
+		if st.Sandbox.Status == sandbox.StatusDeleted {
+			return sandbox.Errorf(sandbox.EConflict, "sandbox %s is deleted; create a new one", b.id)
+		}
 		st.Sandbox.CurrentTurn = &queued
 		return nil
 	})
 	if err != nil {
 		b.turn = nil
+		if sandbox.IsType(err, sandbox.EConflict) {
+			b.deleted = true
+		}
 		return sandbox.Turn{}, err
 	}
 	t.accepted = true

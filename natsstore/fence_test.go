@@ -42,7 +42,21 @@ func newFenced(t *testing.T, url string, replicas int) *fenced {
 		t.Fatalf("a's claim of a new sandbox = %+v", got)
 	}
 	mustCreate(t, f.a, f.id)
-	mustAppend(t, f.a, f.id, textEvent("a1"), textEvent("a2"))
+	ids := mustAppend(t, f.a, f.id, textEvent("a1"), textEvent("a2"))
+	// Every scenario starts from b knowing the sandbox as a left it: on a
+	// replicated stream b may read from a replica that has not caught up
+	// yet, and then answers not_found, which says nothing of fencing.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sb, err := f.b.Sandbox(context.Background(), f.id)
+		if err == nil && uint64(sb.LastEventID) >= ids[len(ids)-1] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b does not see the sandbox a made (%v, %+v)", err, sb)
+		}
+		time.Sleep(5 * time.Millisecond) // a poll of the condition
+	}
 	return f
 }
 

@@ -279,8 +279,22 @@ func (s *Store) init(ctx context.Context, opts Options) error {
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.watcher, err = s.kv.WatchFiltered(wctx, []string{"state.*"})
+	// A bucket just made with replicas may not have elected its leader
+	// yet: its watch is asked again, within the request timeout, before
+	// the store gives up on it.
+	deadline := time.Now().Add(s.timeout)
+	for {
+		s.watcher, err = s.kv.WatchFiltered(wctx, []string{"state.*"})
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-time.After(100 * time.Millisecond): // backoff between asks, not a wait for a condition
+		case <-ctx.Done():
+		}
+	}
 	if err != nil {
+		cancel()
 		return fmt.Errorf("cannot watch bucket %s: %w", opts.KVBucket, err)
 	}
 	// The initial values end with a nil entry; only then is every sandbox

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sparkles-dev/sparkles/client"
 	"github.com/sparkles-dev/sparkles/internal/confine"
@@ -35,11 +36,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "sparkles")
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	if out, err := exec.Command(goTool, "build", "-o", binary, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command(goTool(), "build", "-o", binary, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build sparkles: %v\n%s", err, out)
 		os.RemoveAll(dir)
 		os.Exit(1)
@@ -47,6 +44,14 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// goTool is the go command that runs the tests.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 // cliEnv is the environment of a run: nothing of the caller's SPARKLES_*
@@ -59,7 +64,9 @@ func cliEnv(t *testing.T, env ...string) []string {
 			out = append(out, kv)
 		}
 	}
-	out = append(out, "SPARKLES_DATA_DIR="+t.TempDir())
+	// The demo agent of a server a test starts streams a slow reply at
+	// the tests' pace, not at the pace a person needs to try Ctrl-C.
+	out = append(out, "SPARKLES_DATA_DIR="+t.TempDir(), slowPauseEnv+"=10ms")
 	return append(out, env...)
 }
 
@@ -243,6 +250,64 @@ func TestCLIEvents(t *testing.T) {
 			t.Fatalf("last line is not the turn's end: %q", lines[len(lines)-1])
 		}
 	})
+	t.Run("Compact", func(t *testing.T) {
+		// One line per event that fits 100 columns, without the ids of
+		// parts and tools.
+		res := run(t, env, "events", id)
+		lines := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
+		if res.code != 0 || len(lines) != len(page.Events) {
+			t.Fatalf("%d lines for %d events: %v", len(lines), len(page.Events), res)
+		}
+		for _, line := range lines {
+			if n := utf8.RuneCountInString(line); n > 100 || strings.Contains(line, "tool_") || strings.Contains(line, "part_") {
+				t.Fatalf("a line of %d columns, or with a part or tool id:\n%s", n, line)
+			}
+		}
+	})
+	t.Run("FollowApproval", func(t *testing.T) {
+		// Following, an approval request says how to approve it.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, binary, "events", id, "--follow", "--since", sandbox.FormatID(page.Events[len(page.Events)-1].ID))
+		cmd.Env = env
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+		turn, err := srv.Client.StartTurn(ctx, id, "write follow.txt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := bufio.NewScanner(stdout)
+		var hint string
+		for hint == "" && lines.Scan() {
+			if i := strings.Index(lines.Text(), "→ sparkles approve "); i >= 0 {
+				hint = lines.Text()[i+len("→ "):]
+				if n := utf8.RuneCountInString(lines.Text()); n > 100 {
+					t.Fatalf("the hint takes %d columns:\n%s", n, lines.Text())
+				}
+			}
+		}
+		args := strings.Fields(strings.TrimSuffix(hint, " (or deny)"))
+		if len(args) != 4 || args[2] != id || !strings.HasPrefix(args[3], "appr_") {
+			t.Fatalf("approval hint %q, want sparkles approve %s appr_…", hint, id)
+		}
+		if res := run(t, env, args[1:]...); res.code != 0 {
+			t.Fatalf("the hint's command: %v", res)
+		}
+		for lines.Scan() {
+			if strings.Contains(lines.Text(), "turn.completed") {
+				break
+			}
+		}
+		if got, err := srv.Client.GetTurn(ctx, id, turn.ID); err != nil || got.Status != sandbox.TurnSucceeded {
+			t.Fatalf("turn after the hint's approve: %+v, %v", got, err)
+		}
+	})
 	t.Run("Follow", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -318,10 +383,30 @@ func TestCLISandbox(t *testing.T) {
 			t.Fatalf("get: %v", res)
 		}
 	})
+	t.Run("ListNewestFirst", func(t *testing.T) {
+		second := run(t, env, "sandbox", "create", "--json")
+		var sb2 client.CreatedSandbox
+		if err := json.Unmarshal([]byte(second.stdout), &sb2); err != nil {
+			t.Fatalf("create: %v", second)
+		}
+		res := run(t, env, "sandbox", "list")
+		if i, j := strings.Index(res.stdout, sb2.ID), strings.Index(res.stdout, sb.ID); i < 0 || j < 0 || i > j {
+			t.Fatalf("list, want %s before %s (newest first): %v", sb2.ID, sb.ID, res)
+		}
+		t.Cleanup(func() { run(t, env, "sandbox", "delete", sb2.ID) })
+	})
 	t.Run("Delete", func(t *testing.T) {
 		res := run(t, env, "sandbox", "delete", sb.ID)
 		if res.code != 0 || res.stdout != "deleted "+sb.ID+"\n" {
 			t.Fatalf("delete: %v", res)
+		}
+	})
+	t.Run("ListHidesDeleted", func(t *testing.T) {
+		if res := run(t, env, "sandbox", "list"); strings.Contains(res.stdout, sb.ID) {
+			t.Fatalf("a deleted sandbox is listed without --all: %v", res)
+		}
+		if res := run(t, env, "sandbox", "list", "--all"); !strings.Contains(res.stdout, sb.ID) {
+			t.Fatalf("--all does not list the deleted sandbox: %v", res)
 		}
 	})
 	t.Run("ErrNotFound", func(t *testing.T) {
@@ -452,8 +537,22 @@ func TestCLIErrors(t *testing.T) {
 		env := cliEnv(t, "SPARKLES_URL="+srv.URL, "SPARKLES_TOKEN=wrong")
 		dataDir := envValue(env, "SPARKLES_DATA_DIR")
 		res := run(t, env, "sandbox", "list")
-		want := "sparkles: the server rejected the token; pass --token or set SPARKLES_TOKEN (the server's token is in " +
+		want := "sparkles: the server rejected the token of --token or SPARKLES_TOKEN; pass the server's token (a server on this machine keeps it in " +
 			filepath.Join(dataDir, "token") + ")\n"
+		if res.code == 0 || res.stderr != want {
+			t.Fatalf("got %v\nwant stderr %q", res, want)
+		}
+	})
+	t.Run("WrongTokenFile", func(t *testing.T) {
+		// The file of another data dir: the error names the file it read.
+		dataDir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dataDir, "token"), []byte("spk_other\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		env := append(cliEnv(t, "SPARKLES_URL="+srv.URL), "SPARKLES_DATA_DIR="+dataDir)
+		res := run(t, env, "sandbox", "list")
+		want := "sparkles: the server at " + srv.URL + " rejected the token in " + filepath.Join(dataDir, "token") +
+			"; pass the --data-dir of that server, or its token with --token\n"
 		if res.code == 0 || res.stderr != want {
 			t.Fatalf("got %v\nwant stderr %q", res, want)
 		}

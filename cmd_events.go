@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,12 @@ func newEventsCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			p := &eventPrinter{out: c.App.Writer, json: c.Bool("json")}
+			p := &eventPrinter{out: c.App.Writer, json: c.Bool("json"), follow: c.Bool("follow"), id: args[0]}
+			// approve reads SPARKLES_URL as this command did; a --url flag
+			// has to be passed again.
+			if u := c.String("url"); u != defaultURL && u != os.Getenv("SPARKLES_URL") {
+				p.flags = " --url " + shellQuote(u)
+			}
 			if !c.Bool("follow") {
 				return printLog(c.Context, api, args[0], c.Uint64("since"), p)
 			}
@@ -118,11 +124,23 @@ func reason(err error) string {
 	return err.Error()
 }
 
-// eventPrinter prints events as NDJSON or as one readable line each.
+// eventPrinter prints events as NDJSON or as one line each that fits 100
+// columns: id, time, type and the gist of the data, without the ids of
+// parts and tools, which nothing takes as an argument. With follow set, an
+// approval request gets a second line with the command that approves it.
 type eventPrinter struct {
-	out  io.Writer
-	json bool
+	out    io.Writer
+	json   bool
+	follow bool
+	id     string // the sandbox
+	flags  string // what approve needs besides the ids: --url when given as a flag
 }
+
+// eventWidth is the width of a line; the prefix takes eventPrefix of it.
+const (
+	eventWidth  = 100
+	eventPrefix = 6 + 1 + 8 + 1 + 18 + 1
+)
 
 func (p *eventPrinter) event(ev sandbox.Event, raw []byte) error {
 	var err error
@@ -134,48 +152,71 @@ func (p *eventPrinter) event(ev sandbox.Event, raw []byte) error {
 	if ev.ID != 0 {
 		id = sandbox.FormatID(ev.ID)
 	}
-	turn := ev.TurnID
-	if turn == "" {
-		turn = "-"
+	gist := sanitize(summary(ev, eventWidth-eventPrefix), false)
+	_, err = fmt.Fprintf(p.out, "%6s %s %-18s %s\n", id, ev.TS.Local().Format("15:04:05"), ev.Type, gist)
+	if a, ok := ev.Data.(*sandbox.ApprovalRequested); ok && p.follow && err == nil {
+		// Under the time, not the gist: the two ids take 60 columns.
+		_, err = fmt.Fprintf(p.out, "%7s→ sparkles approve %s %s%s (or deny)\n", "", p.id, a.ApprovalID, p.flags)
 	}
-	_, err = fmt.Fprintf(p.out, "%6s  %s  %-18s  %s  %s\n", id, ev.TS.Local().Format("15:04:05.000"), ev.Type, turn, summary(ev))
 	return err
 }
 
-// summary is the gist of an event's data in one line.
-func summary(ev sandbox.Event) string {
+// summary is the gist of an event's data in at most n runes.
+func summary(ev sandbox.Event, n int) string {
 	switch d := ev.Data.(type) {
 	case *sandbox.TurnStarted:
 		var parts []string
 		for _, in := range d.Input {
 			parts = append(parts, in.Text)
 		}
-		return oneLine(strings.Join(parts, " "), 100)
+		// The turn id is what sparkles cancel takes: it stays whole.
+		return oneLine(strings.Join(parts, " "), max(8, n-len(ev.TurnID)-1)) + " " + ev.TurnID
 	case *sandbox.TurnCompleted:
 		s := fmt.Sprintf("%s (%s) in %v", d.Status, d.StopReason, time.Duration(d.DurationMS)*time.Millisecond)
 		if d.Error != nil {
-			s += ": " + d.Error.Code + ": " + oneLine(d.Error.Message, 100)
+			s += ": " + d.Error.Code + ": " + d.Error.Message
+		} else if u := d.Usage; u != nil && u.InputTokens+u.OutputTokens > 0 {
+			s += " · " + tokensUsed(u)
 		}
-		return s
+		return oneLine(s, n)
 	case *sandbox.MessageUpdated:
-		return fmt.Sprintf("%s %s: %s", d.PartID, d.Kind, oneLine(d.Text, 100))
+		// A part grows: its end is what is new.
+		return d.Kind + ": " + lastOf(d.Text, n-len(d.Kind)-2)
 	case *sandbox.MessageCompleted:
-		return fmt.Sprintf("%s: %s", d.MessageID, oneLine(d.Text, 100))
+		return oneLine(d.Text, n)
 	case *sandbox.ToolUpdated:
-		return fmt.Sprintf("%s [%s] %s: %s", d.ToolCallID, d.Kind, oneLine(d.Title, 80), d.Status)
+		return oneLine("["+d.Kind+"] "+d.Title, n-len(d.Status)-3) + " · " + d.Status
 	case *sandbox.ApprovalRequested:
-		return fmt.Sprintf("%s [%s] %s", d.ApprovalID, d.Kind, oneLine(d.Title, 80))
+		return oneLine("["+d.Kind+"] "+d.Title, n)
 	case *sandbox.ApprovalResolved:
-		return fmt.Sprintf("%s %s (%s)", d.ApprovalID, d.Decision, d.Reason)
+		return oneLine(d.Decision+" ("+d.Reason+") "+d.ApprovalID, n)
 	case *sandbox.SandboxError:
-		return d.Code + ": " + oneLine(d.Message, 100)
+		return oneLine(d.Code+": "+d.Message, n)
 	case *sandbox.SandboxStatus:
 		if d.Detail != "" {
-			return d.Status + ": " + oneLine(d.Detail, 100)
+			return oneLine(d.Status+": "+d.Detail, n)
 		}
 		return d.Status
 	}
 	return ""
+}
+
+// tokensUsed says how many tokens a turn took, as its agent reported them.
+func tokensUsed(u *sandbox.Usage) string {
+	tokens := "tokens"
+	if u.InputTokens == 1 {
+		tokens = "token"
+	}
+	return fmt.Sprintf("%d %s in, %d out", u.InputTokens, tokens, u.OutputTokens)
+}
+
+// lastOf folds whitespace and keeps the last n runes of s.
+func lastOf(s string, n int) string {
+	r := []rune(strings.Join(strings.Fields(s), " "))
+	if len(r) <= n {
+		return string(r)
+	}
+	return "…" + string(r[len(r)-n+1:])
 }
 
 // oneLine folds whitespace and cuts s to at most n runes.

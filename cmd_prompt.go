@@ -40,7 +40,8 @@ func newPromptCommand() *cli.Command {
 			"when stdin is not a terminal: y allows this once, a takes the agent's always-option when it offers\n" +
 			"one (the agent may then stop asking), anything else denies.\n" +
 			"Exit status: 0 when the turn succeeded, 1 when it failed, 2 when it was canceled, 3 when it\n" +
-			"succeeded but a request of the agent was denied.",
+			"succeeded but a request of the agent was denied, 64 when the command line is wrong.\n\n" +
+			demoWordsHelp(),
 		Flags: clientFlags(
 			&cli.StringFlag{Name: "sandbox", EnvVars: []string{"SPARKLES_SANDBOX"}, Usage: "run the turn in this sandbox instead of a new one"},
 			&cli.StringFlag{Name: "agent", EnvVars: []string{"SPARKLES_SANDBOX_AGENT"}, Usage: "agent of the new sandbox (default: the server's default agent)"},
@@ -108,8 +109,10 @@ func runPrompt(c *cli.Context) error {
 
 	p := &promptRun{
 		api: api, id: id, turn: turn, policy: policy, errw: c.App.ErrWriter, stdin: os.Stdin,
-		r:       newRenderer(c.App.Writer, c.App.ErrWriter, c.Bool("hide-reasoning")),
-		decided: map[string]bool{},
+		r:         newRenderer(c.App.Writer, c.App.ErrWriter, c.Bool("hide-reasoning")),
+		decided:   map[string]bool{},
+		approvals: map[string]*sandbox.ApprovalRequested{},
+		next:      continueCommand(c, id),
 	}
 	// The stream starts at the sandbox's position before the turn, so it
 	// sees every event of the turn whenever it connects.
@@ -165,16 +168,27 @@ type promptRun struct {
 	queue     []*sandbox.ApprovalRequested // waiting to be asked
 	asking    *sandbox.ApprovalRequested
 	answers   chan string
-	decided   map[string]bool // approvals this run answered
-	denied    int             // approvals of the turn that ended denied
+	decided   map[string]bool                       // approvals this run answered
+	approvals map[string]*sandbox.ApprovalRequested // every approval of the turn
+	next      string                                // the command that prompts the same sandbox again
+	denied    int                                   // approvals of the turn that ended denied
 	canceling bool
 	down      bool // the stream is reconnecting
 	prompting bool // a question waits on the terminal, mid-line
 }
 
 func (p *promptRun) loop(msgs <-chan client.Message, errc <-chan error, retry <-chan error, sigs <-chan os.Signal) error {
+	var tick <-chan time.Time
+	if p.r.fancy {
+		t := time.NewTicker(spinEvery)
+		defer t.Stop()
+		tick = t.C
+		p.r.setWaiting("waiting for the agent…")
+	}
 	for {
 		select {
+		case <-tick:
+			p.r.tick()
 		case m := <-msgs:
 			if p.down {
 				p.down = false
@@ -184,7 +198,7 @@ func (p *promptRun) loop(msgs <-chan client.Message, errc <-chan error, retry <-
 				return err
 			}
 		case err := <-errc:
-			p.r.endBlock()
+			p.r.finish()
 			return p.api.describe(err)
 		case err := <-retry:
 			if !p.down {
@@ -193,11 +207,12 @@ func (p *promptRun) loop(msgs <-chan client.Message, errc <-chan error, retry <-
 			}
 		case <-sigs:
 			if p.canceling {
-				p.r.endBlock()
+				p.r.finish()
 				return exitInterrupted
 			}
-			p.canceling = true
+			p.canceling, p.r.canceling = true, true
 			p.notice("canceling the turn (Ctrl-C again to quit now)")
+			p.r.setWaiting("canceling the turn…")
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			_, err := p.api.CancelTurn(ctx, p.id, p.turn.ID)
 			cancel()
@@ -250,6 +265,10 @@ func (p *promptRun) handle(m client.Message) (done bool, err error) {
 		p.notice("error: " + d.Message)
 	case *sandbox.TurnCompleted:
 		p.r.finish()
+		if p.r.tty {
+			p.r.turnSummary(d, p.denied, p.next)
+			return true, turnExit(d, p.denied)
+		}
 		switch d.Status {
 		case sandbox.TurnSucceeded:
 			if p.denied > 0 {
@@ -271,6 +290,33 @@ func (p *promptRun) handle(m client.Message) (done bool, err error) {
 	return false, nil
 }
 
+// turnExit is the exit status of a turn that ended so.
+func turnExit(d *sandbox.TurnCompleted, denied int) error {
+	switch {
+	case d.Status == sandbox.TurnSucceeded && denied > 0:
+		return exitDenied
+	case d.Status == sandbox.TurnSucceeded:
+		return nil
+	case d.Status == sandbox.TurnCanceled:
+		return exitTurnCanceled
+	}
+	return exitTurnFailed
+}
+
+// continueCommand is the command that prompts the same sandbox of the same
+// server again.
+func continueCommand(c *cli.Context, id string) string {
+	cmd := "sparkles prompt --sandbox " + id
+	// What came from the environment is there for the next command too.
+	if u := c.String("url"); u != defaultURL && u != os.Getenv("SPARKLES_URL") {
+		cmd += " --url " + shellQuote(u)
+	}
+	if d := c.String("data-dir"); c.IsSet("data-dir") && c.String("token") == "" && d != os.Getenv("SPARKLES_DATA_DIR") {
+		cmd += " --data-dir " + shellQuote(d)
+	}
+	return cmd + ` "…"`
+}
+
 func detail(s string) string {
 	if s == "" {
 		return ""
@@ -279,15 +325,16 @@ func detail(s string) string {
 }
 
 func (p *promptRun) notice(s string) {
-	p.r.endBlock()
 	if p.prompting {
+		// The question's line ends here; it stays asked.
 		fmt.Fprintln(p.errw)
 		p.prompting = false
 	}
-	fmt.Fprintln(p.errw, "sparkles: "+sanitize(s, false))
+	p.r.notice("sparkles: " + sanitize(s, false))
 }
 
 func (p *promptRun) approval(a *sandbox.ApprovalRequested) {
+	p.approvals[a.ApprovalID] = a
 	switch p.policy {
 	case policyApprove:
 		p.decide(a, client.Approve, "approved (--approve-all)")
@@ -310,8 +357,7 @@ func (p *promptRun) askNext() {
 		p.answers = make(chan string)
 		go readLines(p.stdin, p.answers)
 	}
-	p.r.endBlock()
-	fmt.Fprint(p.errw, question(p.asking))
+	p.r.ask(question(p.asking))
 	p.prompting = true
 }
 
@@ -410,6 +456,7 @@ func (p *promptRun) answer(line string, ok bool) {
 		p.policy = policyNone
 		fmt.Fprintln(p.errw)
 	}
+	p.r.answered()
 	a := p.asking
 	if a == nil {
 		return // an answer to a question that was settled meanwhile
@@ -445,13 +492,30 @@ func (p *promptRun) resolved(d *sandbox.ApprovalResolved) {
 	if d.Decision == sandbox.DecisionDenied {
 		p.denied++
 	}
+	// Settled by the turn's cancel: what the person sees is that the tool
+	// was canceled (the agent may then report it failed).
+	a := p.approvals[d.ApprovalID]
+	canceled := a != nil && d.Decision == sandbox.DecisionCanceled && d.Reason == sandbox.ReasonTurnCanceled
 	if p.asking != nil && p.asking.ApprovalID == d.ApprovalID {
 		// Settled elsewhere (a timeout, a cancel, another client) while the
 		// question was on screen; the next answer typed will be ignored.
-		p.notice(describeApproval(p.asking) + ": " + d.Decision + " (" + d.Reason + ")")
+		if canceled {
+			if p.prompting {
+				fmt.Fprintln(p.errw)
+				p.prompting = false
+			}
+			p.r.answered()
+			p.r.toolCanceled(a)
+		} else {
+			p.notice(describeApproval(p.asking) + ": " + d.Decision + " (" + d.Reason + ")")
+			p.r.answered()
+		}
 		p.asking = nil
 		p.askNext()
 		return
+	}
+	if canceled {
+		p.r.toolCanceled(a)
 	}
 	for i, q := range p.queue {
 		if q.ApprovalID == d.ApprovalID {
@@ -459,7 +523,7 @@ func (p *promptRun) resolved(d *sandbox.ApprovalResolved) {
 			break
 		}
 	}
-	if !p.decided[d.ApprovalID] {
+	if !p.decided[d.ApprovalID] && !canceled {
 		p.r.info("approval " + d.ApprovalID + ": " + d.Decision + " (" + d.Reason + ")")
 	}
 }

@@ -15,13 +15,19 @@ import (
 
 // renderer shows a turn's messages and tools. On a terminal the text of
 // the part being written grows in place (and is redrawn if the server
-// revises it, as redaction can); otherwise each part is printed once, when
-// it is complete, so a pipe gets clean text. Assistant text goes to out;
-// on a terminal everything else does too, otherwise it goes to errw.
+// revises it, as redaction can), and, unless the terminal is dumb, each
+// tool is one line that updates in place until it ends (see the live area)
+// and the turn closes with a summary; otherwise each part is printed once,
+// when it is complete, and each tool state change is a line, so a pipe gets
+// clean text. Assistant text goes to out; on a terminal everything else
+// does too, otherwise it goes to errw.
 type renderer struct {
 	out, errw io.Writer
 	tty       bool
+	fancy     bool // the terminal moves the cursor: the live area is drawn
+	color     bool // and takes colours (NO_COLOR is unset)
 	fd        int
+	cols      int  // the terminal's width for tests; 0 asks the terminal
 	hide      bool // reasoning
 
 	// Terminal: the part whose block is at the bottom of the screen.
@@ -30,14 +36,26 @@ type renderer struct {
 	// Pipe: parts seen but not printed yet, in order.
 	pending []sandbox.MessageUpdated
 	// Parts whose text was shown (a closed block, or printed).
-	shown map[string]string
-	tools map[string]string // the last line shown per tool call
+	shown     map[string]string
+	toolLines map[string]*toolLine
+
+	// The live area (cmd_prompt_live.go).
+	live     []string // ids of the tools that have not ended, in order
+	liveRows int      // rows the area takes on screen now, 0 when not drawn
+	frame    int
+	waiting  string // what the spinner says when no tool is live; "" for none
+	asking   bool   // a question waits at the bottom
+	// canceling: the turn is being canceled, so a tool that fails now
+	// fails of the cancel and is shown canceled.
+	canceling bool
 }
 
 func newRenderer(out, errw io.Writer, hideReasoning bool) *renderer {
-	r := &renderer{out: out, errw: errw, hide: hideReasoning, shown: map[string]string{}, tools: map[string]string{}}
+	r := &renderer{out: out, errw: errw, hide: hideReasoning, shown: map[string]string{}, toolLines: map[string]*toolLine{}}
 	if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		r.tty, r.fd = true, int(f.Fd())
+		r.fancy = os.Getenv("TERM") != "dumb"
+		r.color = r.fancy && os.Getenv("NO_COLOR") == ""
 	}
 	return r
 }
@@ -51,31 +69,63 @@ func (r *renderer) part(d *sandbox.MessageUpdated) {
 	if d.Kind == sandbox.PartReasoning && r.hide {
 		return
 	}
+	r.clearLive()
+	defer r.drawLive()
+	if r.tty {
+		r.show(d.PartID, d.Kind, d.Text, false)
+		return
+	}
 	if _, done := r.shown[d.PartID]; done {
 		return
 	}
-	if !r.tty {
-		// Another part began: those before it are complete.
-		r.flushExcept(d.PartID)
-		for i := range r.pending {
-			if r.pending[i].PartID == d.PartID {
-				r.pending[i] = *d
-				return
-			}
+	// Another part began: those before it are complete.
+	r.flushExcept(d.PartID)
+	for i := range r.pending {
+		if r.pending[i].PartID == d.PartID {
+			r.pending[i] = *d
+			return
 		}
-		r.pending = append(r.pending, *d)
-		return
 	}
-	if d.PartID != r.cur {
+	r.pending = append(r.pending, *d)
+}
+
+// show brings a terminal's view of a part to text: the block at the
+// bottom grows, or is redrawn when the text was revised. A part whose
+// block was ended (a notice or a tool line came after it) goes on below
+// from where it was; if its text was revised, it is written again below
+// only when final (a message.completed), never for an update.
+func (r *renderer) show(partID, kind, text string, final bool) {
+	if prev, done := r.shown[partID]; done {
+		switch {
+		case text == prev:
+			return
+		case strings.HasPrefix(text, prev):
+			r.resume(partID, kind, prev)
+		case !final:
+			return
+		default:
+			r.endBlock()
+			delete(r.shown, partID)
+			r.cur, r.curKind, r.curText = partID, kind, ""
+		}
+	} else if partID != r.cur {
 		r.endBlock()
-		r.cur, r.curKind, r.curText = d.PartID, d.Kind, ""
+		r.cur, r.curKind, r.curText = partID, kind, ""
 	}
-	if strings.HasPrefix(d.Text, r.curText) {
-		r.write(d.Text[len(r.curText):])
+	if strings.HasPrefix(text, r.curText) {
+		r.write(text[len(r.curText):])
 	} else {
-		r.redraw(d.Text)
+		r.redraw(text)
 	}
-	r.curText = d.Text
+	r.curText = text
+}
+
+// resume makes a part whose block was ended the block at the bottom again,
+// holding the text shown of it.
+func (r *renderer) resume(partID, kind, shown string) {
+	r.endBlock()
+	delete(r.shown, partID)
+	r.cur, r.curKind, r.curText = partID, kind, shown
 }
 
 // write appends to the block at the bottom of the terminal.
@@ -178,6 +228,17 @@ func (r *renderer) print(partID, kind, text string) {
 // completed reconciles the final message with what was shown: its parts
 // carry the final text of each, including parts never seen as updates.
 func (r *renderer) completed(d *sandbox.MessageCompleted) {
+	r.clearLive()
+	defer r.drawLive()
+	if r.tty {
+		for _, part := range d.Parts {
+			if part.Kind != sandbox.PartReasoning || !r.hide {
+				r.show(part.PartID, part.Kind, part.Text, true)
+			}
+		}
+		r.endBlock()
+		return
+	}
 	for _, part := range d.Parts {
 		for i := range r.pending {
 			if r.pending[i].PartID == part.PartID {
@@ -193,38 +254,114 @@ func (r *renderer) completed(d *sandbox.MessageCompleted) {
 		if shown, ok := r.shown[part.PartID]; ok && shown == part.Text {
 			continue
 		}
-		if !r.tty {
-			r.print(part.PartID, part.Kind, part.Text)
-			continue
-		}
-		r.cur, r.curKind, r.curText = part.PartID, part.Kind, ""
-		r.write(part.Text)
-		r.curText = part.Text
-		r.endBlock()
+		r.print(part.PartID, part.Kind, part.Text)
 	}
 }
 
 func (r *renderer) tool(d *sandbox.ToolUpdated) {
-	line := "[" + d.Kind + "] " + oneLine(d.Title, 100) + ": " + d.Status
-	if r.tools[d.ToolCallID] == line {
+	t := r.toolLines[d.ToolCallID]
+	if t == nil {
+		t = &toolLine{}
+		r.toolLines[d.ToolCallID] = t
+	}
+	if t.ended {
+		// A tool shown canceled when the turn's cancel settled its
+		// approval then fails: that failure is the cancel.
 		return
 	}
-	r.tools[d.ToolCallID] = line
+	status := d.Status
+	if status == sandbox.ToolFailed && r.canceling {
+		status = sandbox.ToolCanceled
+	}
+	if t.title == d.Title && t.kind == d.Kind && t.status == status {
+		return
+	}
+	t.title, t.kind, t.status = d.Title, d.Kind, status
+	ended := status == sandbox.ToolCompleted || status == sandbox.ToolFailed || status == sandbox.ToolCanceled
+	t.ended = ended
+	if !r.fancy {
+		r.info("[" + t.kind + "] " + oneLine(t.title, 100) + ": " + t.status)
+		return
+	}
+	r.clearLive()
 	r.flush()
-	r.info(line)
+	i := indexOf(r.live, d.ToolCallID)
+	switch {
+	case ended && i >= 0:
+		r.live = append(r.live[:i:i], r.live[i+1:]...)
+		fallthrough
+	case ended:
+		fmt.Fprintln(r.out, r.toolDone(t))
+	case i < 0:
+		r.live = append(r.live, d.ToolCallID)
+	}
+	r.drawLive()
+}
+
+// toolCanceled shows a tool whose approval the turn's cancel settled as
+// canceled, whatever the agent then says of it.
+func (r *renderer) toolCanceled(a *sandbox.ApprovalRequested) {
+	id := a.ToolCallID
+	if id == "" {
+		id = a.ApprovalID
+	}
+	title, kind := a.Title, a.Kind
+	if t := r.toolLines[id]; t != nil && t.title != "" {
+		title, kind = t.title, t.kind
+	}
+	r.tool(&sandbox.ToolUpdated{ToolCallID: id, Title: title, Kind: kind, Status: sandbox.ToolCanceled})
+}
+
+func indexOf(ids []string, id string) int {
+	for i, x := range ids {
+		if x == id {
+			return i
+		}
+	}
+	return -1
 }
 
 // info prints a line about the turn that is not assistant text.
 func (r *renderer) info(line string) {
+	r.clearLive()
 	r.flush()
 	w := r.errw
 	if r.tty {
 		w = r.out
 	}
 	fmt.Fprintln(w, sanitize(line, false))
+	r.drawLive()
 }
 
-func (r *renderer) finish() { r.flush() }
+// notice prints a line to errw, below what is shown.
+func (r *renderer) notice(line string) {
+	r.clearLive()
+	r.endBlock()
+	fmt.Fprintln(r.errw, line)
+	r.drawLive()
+}
+
+// ask writes a question at the bottom, where the answer is typed; nothing
+// is drawn below it until answered.
+func (r *renderer) ask(q string) {
+	r.clearLive()
+	r.endBlock()
+	r.asking = true
+	fmt.Fprint(r.errw, q)
+}
+
+// answered ends a question: the Enter that sent the answer (or the newline
+// written after it) put the cursor at the start of a line.
+func (r *renderer) answered() {
+	r.asking = false
+	r.drawLive()
+}
+
+func (r *renderer) finish() {
+	r.waiting = ""
+	r.clearLive()
+	r.flush()
+}
 
 // sanitize drops control characters, so text from an agent cannot move
 // the cursor, change colors or retitle the terminal. Line breaks stay, and

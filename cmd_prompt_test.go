@@ -182,3 +182,103 @@ func TestAnswerDecision(t *testing.T) {
 		})
 	}
 }
+
+// liveRenderer is a renderer on a terminal that moves the cursor, as
+// wide as a narrow window, drawing on vt.
+func liveRenderer(vt *vtScreen) *renderer {
+	r := newRenderer(vt, vt, false)
+	r.tty, r.fancy, r.fd, r.cols = true, true, -1, vt.cols
+	return r
+}
+
+func wantScreen(t *testing.T, vt *vtScreen, want string) {
+	t.Helper()
+	if got := vt.String(); got != want {
+		t.Fatalf("screen:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestRendererLive(t *testing.T) {
+	tool := func(id, title, status string) *sandbox.ToolUpdated {
+		return &sandbox.ToolUpdated{ToolCallID: id, Title: title, Kind: "edit", Status: status}
+	}
+	vt := newVT(60)
+	r := liveRenderer(vt)
+	r.setWaiting("waiting for the agent…")
+	wantScreen(t, vt, "⠋ waiting for the agent…")
+	r.part(upd("part_1", sandbox.PartReasoning, "Think"))
+	wantScreen(t, vt, "Think")
+	r.tool(tool("tool_1", "Read a.go", sandbox.ToolPending))
+	wantScreen(t, vt, "Think\n⠋ Read a.go · pending")
+	r.tick()
+	r.tool(tool("tool_1", "Read a.go", sandbox.ToolRunning))
+	r.tool(tool("tool_2", "Write b.go", sandbox.ToolPending))
+	wantScreen(t, vt, "Think\n⠙ Read a.go · running\n⠙ Write b.go · pending")
+	r.tool(tool("tool_1", "Read a.go", sandbox.ToolCompleted))
+	wantScreen(t, vt, "Think\n✓ Read a.go\n⠙ Write b.go · pending")
+
+	// A question hides the area until it is answered.
+	r.ask("Allow [edit] Write b.go? [y/N] ")
+	wantScreen(t, vt, "Think\n✓ Read a.go\nAllow [edit] Write b.go? [y/N]")
+	r.tick()
+	vt.Write([]byte("y\r\n")) // the terminal echoes what is typed
+	r.answered()
+	wantScreen(t, vt, "Think\n✓ Read a.go\nAllow [edit] Write b.go? [y/N] y\n⠙ Write b.go · pending")
+
+	// Canceled, the tool the agent then reports failed shows as canceled, once.
+	r.canceling = true
+	r.tool(tool("tool_2", "Write b.go", sandbox.ToolFailed))
+	r.tool(tool("tool_2", "Write b.go", sandbox.ToolFailed))
+	r.finish()
+	r.turnSummary(&sandbox.TurnCompleted{Status: sandbox.TurnCanceled, DurationMS: 1234, Usage: &sandbox.Usage{InputTokens: 1, OutputTokens: 5}}, 0, `sparkles prompt --sandbox c_1 "…"`)
+	wantScreen(t, vt, "Think\n✓ Read a.go\nAllow [edit] Write b.go? [y/N] y\n⊘ Write b.go · canceled\n"+
+		"⊘ canceled after 1.2s · 1 token in, 5 out\n  continue: sparkles prompt --sandbox c_1 \"…\"")
+	if vt.colored {
+		t.Fatal("colours on a terminal that takes none")
+	}
+
+	t.Run("LongTitle", func(t *testing.T) {
+		// A live line never wraps, so that it can be redrawn in place.
+		vt := newVT(30)
+		r := liveRenderer(vt)
+		r.tool(tool("tool_1", "Read a file with a very long name indeed.go", sandbox.ToolRunning))
+		r.tick()
+		wantScreen(t, vt, "⠙ Read a file with… · running")
+	})
+	t.Run("Color", func(t *testing.T) {
+		vt := newVT(60)
+		r := liveRenderer(vt)
+		r.color = true
+		r.tool(tool("tool_1", "Read a.go", sandbox.ToolCompleted))
+		wantScreen(t, vt, "✓ Read a.go")
+		if !vt.colored {
+			t.Fatal("no colour on a terminal that takes them")
+		}
+	})
+	t.Run("Resume", func(t *testing.T) {
+		// A notice between two updates of a part: the text goes on below
+		// it, and the final message repeats nothing.
+		vt := newVT(60)
+		r := liveRenderer(vt)
+		r.part(upd("part_1", sandbox.PartText, "Step 1."))
+		r.notice("sparkles: canceling the turn")
+		r.part(upd("part_1", sandbox.PartText, "Step 1. Step 2."))
+		r.completed(&sandbox.MessageCompleted{Parts: []sandbox.Part{{PartID: "part_1", Kind: sandbox.PartText, Text: "Step 1. Step 2. Step 3."}}})
+		r.finish()
+		wantScreen(t, vt, "Step 1.\nsparkles: canceling the turn\n Step 2. Step 3.")
+	})
+}
+
+func TestRendererPipeCanceled(t *testing.T) {
+	// On a pipe too, a tool whose approval the cancel settled is canceled,
+	// not canceled and then failed.
+	var out, errw bytes.Buffer
+	r := newRenderer(&out, &errw, false)
+	a := &sandbox.ApprovalRequested{ApprovalID: "appr_1", ToolCallID: "tool_1", Title: "Write b.go", Kind: "edit"}
+	r.tool(&sandbox.ToolUpdated{ToolCallID: "tool_1", Title: "Write b.go", Kind: "edit", Status: sandbox.ToolPending})
+	r.toolCanceled(a)
+	r.tool(&sandbox.ToolUpdated{ToolCallID: "tool_1", Title: "Write b.go", Kind: "edit", Status: sandbox.ToolFailed})
+	if got, want := errw.String(), "[edit] Write b.go: pending\n[edit] Write b.go: canceled\n"; got != want {
+		t.Fatalf("stderr = %q, want %q", got, want)
+	}
+}

@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -65,8 +66,8 @@ func newSandboxCommand() *cli.Command {
 			},
 			{
 				Name:  "list",
-				Usage: "list sandboxes, oldest first",
-				Flags: clientFlags(jsonFlag()),
+				Usage: "list sandboxes, newest first (as the console does); deleted ones only with --all",
+				Flags: clientFlags(jsonFlag(), &cli.BoolFlag{Name: "all", EnvVars: []string{"SPARKLES_LIST_ALL"}, Usage: "list deleted sandboxes too"}),
 				Action: func(c *cli.Context) error {
 					if _, err := positional(c, 0, 0); err != nil {
 						return err
@@ -80,8 +81,13 @@ func newSandboxCommand() *cli.Command {
 						if err != nil {
 							return api.describe(err)
 						}
-						list = append(list, sb)
+						if sb.Status != sandbox.StatusDeleted || c.Bool("all") {
+							list = append(list, sb)
+						}
 					}
+					// The API pages in creation order; people look for the
+					// sandbox they just made.
+					slices.Reverse(list)
 					if c.Bool("json") {
 						return printJSON(c.App.Writer, list)
 					}
@@ -223,6 +229,9 @@ type apiClient struct {
 	*client.Client
 	url       string
 	tokenPath string
+	// tokenFrom says where the token came from, for a 401: "--token or
+	// SPARKLES_TOKEN", or the token file's path.
+	tokenFrom string
 }
 
 // onSandbox runs one call on the sandbox named by the command's only
@@ -245,20 +254,31 @@ func onSandbox(c *cli.Context, call func(*client.Client, context.Context, string
 
 func newAPIClient(c *cli.Context) (*apiClient, error) {
 	raw := c.String("url")
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--url %q is not a server URL; pass one like %s", raw, defaultURL)
+	u, err := parseServerURL(raw)
+	if err != nil {
+		return nil, err
 	}
-	tokenPath := filepath.Join(c.String("data-dir"), "token")
+	api := &apiClient{url: raw, tokenPath: filepath.Join(c.String("data-dir"), "token"), tokenFrom: "--token or SPARKLES_TOKEN"}
 	token := c.String("token")
-	if token == "" && isLocalHost(u.Hostname()) {
-		// A server on this machine keeps its generated token there; a
-		// missing file is reported by the server's 401 below.
-		if b, err := os.ReadFile(tokenPath); err == nil {
-			token = strings.TrimSpace(string(b))
+	if token == "" {
+		if !isLocalHost(u.Hostname()) {
+			return nil, fmt.Errorf("no token for the server at %s: pass --token or set SPARKLES_TOKEN (a token file is read only for a server on this machine)", raw)
 		}
+		// A server on this machine keeps its generated token there.
+		b, err := os.ReadFile(api.tokenPath)
+		token = strings.TrimSpace(string(b))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("no token found: --token and SPARKLES_TOKEN are unset and %s does not exist; start `sparkles serve` (it writes that file), pass the server's --data-dir, or pass --token", api.tokenPath)
+		case err != nil:
+			return nil, fmt.Errorf("no token found: --token and SPARKLES_TOKEN are unset and %s cannot be read (%v); pass --token", api.tokenPath, unwrapPath(err))
+		case token == "":
+			return nil, fmt.Errorf("no token found: --token and SPARKLES_TOKEN are unset and %s is empty; pass --token", api.tokenPath)
+		}
+		api.tokenFrom = api.tokenPath
 	}
-	return &apiClient{Client: client.New(raw, token), url: raw, tokenPath: tokenPath}, nil
+	api.Client = client.New(raw, token)
+	return api, nil
 }
 
 func isLocalHost(host string) bool {
@@ -281,7 +301,10 @@ func (a *apiClient) describe(err error) error {
 	}
 	switch e.Type {
 	case sandbox.EUnauthorized:
-		return fmt.Errorf("the server rejected the token; pass --token or set SPARKLES_TOKEN (the server's token is in %s)", a.tokenPath)
+		if a.tokenFrom == a.tokenPath {
+			return fmt.Errorf("the server at %s rejected the token in %s; pass the --data-dir of that server, or its token with --token", a.url, a.tokenPath)
+		}
+		return fmt.Errorf("the server rejected the token of --token or SPARKLES_TOKEN; pass the server's token (a server on this machine keeps it in %s)", a.tokenPath)
 	case sandbox.EForbidden:
 		return fmt.Errorf("the token may not do this (%s); pass the server's token with --token or SPARKLES_TOKEN", e.Message)
 	case sandbox.ENotFound:
@@ -321,7 +344,7 @@ func positional(c *cli.Context, min, max int) ([]string, error) {
 		flagName, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		f := lookupFlag(c.Command.Flags, flagName)
 		if f == nil {
-			return nil, fmt.Errorf("unknown flag %s; see `%s --help`", a, cmd)
+			return nil, usagef("unknown flag %s; see `%s --help`", a, cmd)
 		}
 		if _, isBool := f.(*cli.BoolFlag); isBool {
 			if !hasValue {
@@ -329,13 +352,13 @@ func positional(c *cli.Context, min, max int) ([]string, error) {
 			}
 		} else if !hasValue {
 			if i+1 >= len(in) {
-				return nil, fmt.Errorf("flag %s needs a value; see `%s --help`", a, cmd)
+				return nil, usagef("flag %s needs a value; see `%s --help`", a, cmd)
 			}
 			i++
 			value = in[i]
 		}
 		if err := c.Set(flagName, value); err != nil {
-			return nil, fmt.Errorf("invalid value %q for %s: %v", value, a, err)
+			return nil, usagef("invalid value %q for %s: %v; see `%s --help`", value, a, err, cmd)
 		}
 	}
 	if len(args) < min || (max >= 0 && len(args) > max) {
@@ -343,7 +366,7 @@ func positional(c *cli.Context, min, max int) ([]string, error) {
 		if want == "" {
 			want = "no arguments"
 		}
-		return nil, fmt.Errorf("`%s` takes %s, got %d argument(s); see `%s --help`", cmd, want, len(args), cmd)
+		return nil, usagef("`%s` takes %s, got %d argument(s); see `%s --help`", cmd, want, len(args), cmd)
 	}
 	return args, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/sparkles-dev/sparkles/metrics"
 	"github.com/sparkles-dev/sparkles/natsstore"
+	"github.com/sparkles-dev/sparkles/registry"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/server"
@@ -34,16 +35,16 @@ func newServeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the coordinator: sandboxes, agents, and the event API",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:7410", EnvVars: []string{"SPARKLES_ADDR"}, Usage: "listen address"},
 			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), EnvVars: []string{"SPARKLES_DATA_DIR"}, Usage: "where the database, the token file and sandbox directories live"},
 			&cli.StringFlag{Name: "store", EnvVars: []string{"SPARKLES_STORE"}, Usage: "event store: empty for the bbolt file in --data-dir, or nats://HOST:PORT for NATS JetStream shared by several coordinators"},
 			&cli.BoolFlag{Name: "start-empty", EnvVars: []string{"SPARKLES_START_EMPTY"}, Usage: "start with a new database even though the data dir's is missing or empty beside sandbox directories (their sandboxes are forgotten)"},
 			&cli.StringFlag{Name: "node-id", EnvVars: []string{"SPARKLES_NODE_ID"}, Usage: "this coordinator's name among those sharing a NATS store: letters, digits, - and _ (default: host name and process id)"},
 			&cli.DurationFlag{Name: "lease-ttl", Value: natsstore.DefaultLeaseTTL, EnvVars: []string{"SPARKLES_LEASE_TTL"}, Usage: "with a NATS store: how long after a coordinator stops renewing its leases another one takes its sandboxes over"},
+			&cli.IntFlag{Name: "nats-replicas", Value: 1, EnvVars: []string{"SPARKLES_NATS_REPLICAS"}, Usage: "with a NATS store: replicas of the stream and buckets serve creates (3 on a JetStream cluster); existing ones keep theirs"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"SPARKLES_TOKEN"}, Usage: "bearer token of the API (default: generated once, kept in <data-dir>/token)"},
 			&cli.DurationFlag{Name: "keepalive", Value: 15 * time.Second, EnvVars: []string{"SPARKLES_KEEPALIVE"}, Usage: "SSE ping interval while a stream is idle"},
-			&cli.StringSliceFlag{Name: "agent", EnvVars: []string{"SPARKLES_AGENT"}, Usage: "register an ACP agent as NAME=COMMAND (repeatable); the built-in demo agent is always there as \"demo\""},
 			&cli.StringFlag{Name: "default-agent", Value: "demo", EnvVars: []string{"SPARKLES_DEFAULT_AGENT"}, Usage: "agent of sandboxes created without one"},
 			&cli.DurationFlag{Name: "boot-timeout", Value: 30 * time.Second, EnvVars: []string{"SPARKLES_BOOT_TIMEOUT"}, Usage: "how long an agent may take to start a session"},
 			&cli.DurationFlag{Name: "turn-timeout", Value: 30 * time.Minute, EnvVars: []string{"SPARKLES_TURN_TIMEOUT"}, Usage: "how long one turn may run"},
@@ -62,8 +63,11 @@ func newServeCommand() *cli.Command {
 			&cli.StringFlag{Name: "agent-memory-max", Value: "4G", EnvVars: []string{"SPARKLES_AGENT_MEMORY_MAX"}, Usage: "memory of one confined agent (cgroup memory.max, when the server's cgroup is delegated to it), e.g. 512M or 4G"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SPARKLES_LOG_FORMAT"}, Usage: "text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SPARKLES_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
-		},
+		}, agentFlags()...),
 		Action: func(c *cli.Context) error {
+			if err := checkAddr(c.String("addr")); err != nil {
+				return err
+			}
 			logger, err := newLogger(c.String("log-format"), c.String("log-level"))
 			if err != nil {
 				return err
@@ -72,13 +76,13 @@ func newServeCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("cannot find the sparkles binary to run the demo agent: %w", err)
 			}
-			agents := map[string][]string{"demo": {exe, "agent", "demo"}}
-			for _, a := range c.StringSlice("agent") {
-				name, command, ok := strings.Cut(a, "=")
-				if !ok || name == "" || strings.TrimSpace(command) == "" {
-					return fmt.Errorf("--agent %q: want NAME=COMMAND, e.g. --agent mine='/usr/local/bin/my-agent --acp'", a)
-				}
-				agents[name] = strings.Fields(command)
+			agents, err := serveAgents(c, exe, logger)
+			if err != nil {
+				return err
+			}
+			idleTimeout, maxAgents, err := agentLimits(c)
+			if err != nil {
+				return err
 			}
 			if _, ok := agents[c.String("default-agent")]; !ok {
 				return fmt.Errorf("--default-agent %q is not a registered agent", c.String("default-agent"))
@@ -94,6 +98,7 @@ func newServeCommand() *cli.Command {
 				StartEmpty:      c.Bool("start-empty"),
 				NodeID:          c.String("node-id"),
 				LeaseTTL:        c.Duration("lease-ttl"),
+				NATSReplicas:    c.Int("nats-replicas"),
 				Token:           c.String("token"),
 				Keepalive:       c.Duration("keepalive"),
 				Agents:          agents,
@@ -118,6 +123,9 @@ func newServeCommand() *cli.Command {
 					MemoryMax:  mem,
 				},
 				Logger: logger,
+
+				AgentIdleTimeout: idleTimeout,
+				MaxAgents:        maxAgents,
 			}
 			ctx, stop := signalContext(c.Context)
 			defer stop()
@@ -125,6 +133,7 @@ func newServeCommand() *cli.Command {
 				m.Close()
 				return err
 			}
+			greet(os.Stdout, m)
 			<-ctx.Done()
 			logger.Info("shutting down")
 			return m.Close()
@@ -183,9 +192,10 @@ type Main struct {
 	StoreURL        string
 	NodeID          string
 	LeaseTTL        time.Duration
+	NATSReplicas    int // of the stream and buckets that serve creates on NATS; 0 is 1
 	Token           string
 	Keepalive       time.Duration
-	Agents          map[string][]string
+	Agents          registry.Registry
 	DefaultAgent    string
 	BootTimeout     time.Duration
 	TurnTimeout     time.Duration
@@ -204,8 +214,12 @@ type Main struct {
 	// dir's is missing or empty while sandbox directories remain.
 	StartEmpty bool
 
+	// AgentIdleTimeout and MaxAgents: see coordinator.Config.
+	AgentIdleTimeout time.Duration
+	MaxAgents        int
+
 	Metrics     *metrics.Metrics
-	Store       Store
+	Store       Store              // opened by Run unless set before it (a wrapped store in tests); Close closes it
 	Cluster     *natsstore.Cluster // with a NATS store only
 	Retainer    *retention.Loop
 	Coordinator *coordinator.Coordinator
@@ -236,9 +250,11 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.Metrics = metrics.New()
-	st, where, err := m.openStore(ctx)
-	if err != nil {
-		return err
+	st, where := m.Store, "the given store"
+	if st == nil {
+		if st, where, err = m.openStore(ctx); err != nil {
+			return err
+		}
 	}
 	m.Store = st
 	var cluster coordinator.Cluster
@@ -260,7 +276,9 @@ func (m *Main) Run(ctx context.Context) error {
 		Cluster:         cluster,
 		// Whatever an agent prints, neither the server token nor the
 		// sandbox's stream token leaves in one of its strings.
-		Redact: func(id string) []string { return []string{token, server.StreamToken(token, id)} },
+		Redact:           func(id string) []string { return []string{token, server.StreamToken(token, id)} },
+		AgentIdleTimeout: m.AgentIdleTimeout,
+		MaxAgents:        m.MaxAgents,
 	})
 	if err != nil {
 		return err
@@ -316,6 +334,11 @@ func (m *Main) openLauncher() error {
 		if m.Confine.Network == confine.NetworkNone {
 			return errors.New("--agent-network none needs isolation; drop --isolation=off")
 		}
+		for _, name := range m.Agents.Names() {
+			if m.Agents[name].Confined() {
+				return fmt.Errorf("agent %q sets network, read_paths or write_paths, which need isolation; drop --isolation=off or those settings", name)
+			}
+		}
 		m.isolation = "off"
 		m.Logger.Warn("agents run unconfined, with the server user's rights (--isolation=off)")
 		return nil
@@ -335,6 +358,13 @@ func (m *Main) openLauncher() error {
 	}
 	if err != nil {
 		return fmt.Errorf("agents cannot be confined on this machine: %v; pass --isolation=off (SPARKLES_ISOLATION=off) to run them unconfined, with the server user's rights", err)
+	}
+	for _, name := range m.Agents.Names() {
+		a := m.Agents[name]
+		if err := l.Check(confinementOf(a)); errors.As(err, &bad) {
+			field := map[string]string{"Network": "network", "ReadPaths": "read_paths", "WritePaths": "write_paths"}[bad.Field]
+			return fmt.Errorf("agent %q: %s %s", name, field, bad.Msg)
+		}
 	}
 	m.Launcher, m.isolation = l, l.Isolation()
 	m.Logger.Info("agents are confined", append([]any{"isolation", m.isolation}, l.LogAttrs()...)...)
@@ -386,22 +416,31 @@ func (m *Main) openStore(ctx context.Context) (st Store, where string, err error
 		m.writable = bs.Writable
 		return bs, where, nil
 	}
-	u, err := url.Parse(m.StoreURL)
-	if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
-		return nil, "", fmt.Errorf("--store %q: want nats://HOST:PORT (or tls://HOST:PORT), or nothing for the bbolt file in --data-dir", m.StoreURL)
+	// Several servers of one JetStream cluster are given comma-separated,
+	// so the connection moves to another when one goes away.
+	var wheres []string
+	for _, part := range strings.Split(m.StoreURL, ",") {
+		u, err := url.Parse(strings.TrimSpace(part))
+		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+			return nil, "", fmt.Errorf("--store %q: want nats://HOST:PORT (or tls://HOST:PORT; several of one cluster comma-separated), or nothing for the bbolt file in --data-dir", m.StoreURL)
+		}
+		wheres = append(wheres, u.Redacted())
 	}
-	where = u.Redacted()
+	where = strings.Join(wheres, ",")
+	if m.NATSReplicas < 0 || m.NATSReplicas > 5 {
+		return nil, "", fmt.Errorf("--nats-replicas %d: JetStream keeps 1 to 5 replicas (3 on a cluster of 3 or more servers)", m.NATSReplicas)
+	}
 	if m.NodeID == "" {
 		m.NodeID = natsstore.DefaultNodeName()
 	}
 	// The stream's own age limit is a safety net far above the retention
 	// loop's, which prunes first and moves the watermarks as it does.
 	safety := 2 * max(m.Retention.MaxAge, retention.DefaultMaxAge)
-	ns, err := natsstore.Open(ctx, m.StoreURL, natsstore.Options{Logger: m.Logger, MaxAge: safety, Observer: m.Metrics})
+	ns, err := natsstore.Open(ctx, m.StoreURL, natsstore.Options{Logger: m.Logger, MaxAge: safety, Observer: m.Metrics, Replicas: m.NATSReplicas})
 	if err != nil {
-		return nil, "", fmt.Errorf("cannot open the NATS store at %s (%w); is nats-server running with JetStream (-js)?", where, err)
+		return nil, "", fmt.Errorf("cannot open the NATS store at %s: %w", where, err)
 	}
-	cl, err := ns.JoinCluster(ctx, natsstore.ClusterOptions{Node: m.NodeID, LeaseTTL: m.LeaseTTL, Logger: m.Logger})
+	cl, err := ns.JoinCluster(ctx, natsstore.ClusterOptions{Node: m.NodeID, LeaseTTL: m.LeaseTTL, Logger: m.Logger, Replicas: m.NATSReplicas})
 	if err != nil {
 		ns.Close()
 		if errors.Is(err, natsstore.ErrNodeInUse) {
@@ -440,8 +479,9 @@ func (m *Main) Close() error {
 	return errors.Join(errs...)
 }
 
-// ready is what /readyz asks: the store answers, retention runs, and with a
-// NATS store this node's leases hold.
+// ready is what /readyz asks: the store answers and takes writes,
+// retention runs, and with a NATS store the connection, the stream and the
+// bucket are up and this node's leases hold.
 func (m *Main) ready() error {
 	if _, _, err := m.Store.Sandboxes(context.Background(), "", 1); err != nil {
 		return fmt.Errorf("the database does not answer (%w); see the server log", err)
@@ -449,6 +489,20 @@ func (m *Main) ready() error {
 	if m.writable != nil {
 		if err := m.writable(); err != nil {
 			return errors.New("the database file was deleted or replaced under the running server: it takes no writes; see the server log")
+		}
+	}
+	// A store that answers reads may still refuse writes (a full disk):
+	// such a server can show logs but run no turn.
+	if err := m.Coordinator.Writable(); err != nil {
+		var se *sandbox.Error
+		if errors.As(err, &se) {
+			return errors.New(se.Message)
+		}
+		return err
+	}
+	if h, ok := m.Store.(interface{ Health(context.Context) error }); ok {
+		if err := h.Health(context.Background()); err != nil {
+			return fmt.Errorf("the NATS store cannot write: %w", err)
 		}
 	}
 	if !m.Retainer.Alive() {
@@ -535,4 +589,9 @@ func loadToken(dataDir, given string) (token, path string, err error) {
 		return "", "", fmt.Errorf("cannot write token file %s (%v); pass a writable --data-dir or --token", path, unwrapPath(err))
 	}
 	return token, path, nil
+}
+
+// confinementOf is what an agent's registry entry adds to the confinement.
+func confinementOf(a registry.Agent) agent.Confinement {
+	return agent.Confinement{Network: a.Network, ReadPaths: a.ReadPaths, WritePaths: a.WritePaths}
 }

@@ -124,8 +124,14 @@ func loopbackListener(t *testing.T) string {
 // turn and returns the sandbox id and the agent's report.
 func hostileTurn(t *testing.T, p *serveProc, dataDir string, env map[string]string) (string, map[string]probeResult) {
 	t.Helper()
+	return hostileTurnAs(t, p, dataDir, "hostile", env)
+}
+
+// hostileTurnAs is hostileTurn with the hostile agent registered as name.
+func hostileTurnAs(t *testing.T, p *serveProc, dataDir, name string, env map[string]string) (string, map[string]probeResult) {
+	t.Helper()
 	var sb sandbox.Sandbox
-	p.mustCall(http.MethodPost, "/v1/sandboxes", map[string]any{"agent": "hostile", "env": env}, http.StatusCreated, &sb)
+	p.mustCall(http.MethodPost, "/v1/sandboxes", map[string]any{"agent": name, "env": env}, http.StatusCreated, &sb)
 	p.mustCall(http.MethodPost, "/v1/sandboxes/"+sb.ID+"/turns", map[string]string{"input": "probe"}, http.StatusAccepted, nil)
 	streamUntil(t, p, sb.ID, isFrame(sandbox.TypeTurnCompleted))
 	b, err := os.ReadFile(filepath.Join(dataDir, "sandboxes", sb.ID, "work", "report.json"))
@@ -349,6 +355,57 @@ func TestConfinementNetworkNone(t *testing.T) {
 		if !r[c].OK {
 			t.Errorf("%s failed: %s", c, r[c].Err)
 		}
+	}
+}
+
+// TestConfinementPerAgent: an agent's registry entry adds to the server's
+// confinement: "network": "none" cuts that agent alone off the network,
+// and "write_paths" lets it write there, while another agent keeps the
+// server's settings. A path the rules refuse is one error at start.
+func TestConfinementPerAgent(t *testing.T) {
+	hostile := buildHostileAgent(t)
+	dataDir, extra := uncoveredDir(t), uncoveredDir(t)
+	addr := loopbackListener(t)
+	file := filepath.Join(t.TempDir(), "agents.json")
+	writeAgents := func(writePath string) {
+		b, _ := json.Marshal(map[string]any{"agents": map[string]any{
+			"closed": map[string]any{"command": hostile, "network": "none", "write_paths": []string{writePath}},
+			"open":   map[string]any{"command": hostile},
+		}})
+		if err := os.WriteFile(file, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeAgents(extra)
+	p := startServe(t, cliEnv(t), dataDir, "confine-token", "--agents-file", file)
+	p.waitServing()
+	target := func(name string) map[string]string {
+		return map[string]string{
+			"HOSTILE_MARKER": randomMarker(t),
+			"HOSTILE_DIAL":   "loopback=" + addr,
+			"HOSTILE_WRITE":  joinTargets(map[string]string{"extra": filepath.Join(extra, name)}),
+		}
+	}
+	_, closed := hostileTurnAs(t, p, dataDir, "closed", target("closed"))
+	_, open := hostileTurnAs(t, p, dataDir, "open", target("open"))
+	if closed["dial:loopback"].OK {
+		t.Error(`the agent with "network": "none" reached the host's loopback`)
+	}
+	if !open["dial:loopback"].OK {
+		t.Errorf("the agent with the server's network could not dial: %s", open["dial:loopback"].Err)
+	}
+	if _, err := os.Stat(filepath.Join(extra, "closed")); err != nil || !closed["write:extra"].OK {
+		t.Errorf("the agent could not write its write_paths (%v, %s)", err, closed["write:extra"].Err)
+	}
+	if _, err := os.Stat(filepath.Join(extra, "open")); err == nil || open["write:extra"].OK {
+		t.Error("an agent wrote another agent's write_paths")
+	}
+	p.signal(syscall.SIGTERM)
+
+	writeAgents("relative/dir")
+	bad := startServe(t, cliEnv(t), t.TempDir(), "confine-token", "--agents-file", file)
+	if code := bad.wait(); code == 0 || !strings.Contains(bad.logTail(), `agent \"closed\": write_paths`) && !strings.Contains(bad.logTail(), `agent "closed": write_paths`) {
+		t.Errorf("serve exited %d with a relative write_paths; want one error naming it:\n%s", code, bad.logTail())
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/client"
 	"github.com/sparkles-dev/sparkles/internal/syncbuf"
+	"github.com/sparkles-dev/sparkles/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -22,7 +23,7 @@ func TestLogging(t *testing.T) {
 	lines := func() []string { return strings.Split(strings.TrimSpace(out.String()), "\n") }
 	m := &Main{
 		Addr: "127.0.0.1:0", DataDir: t.TempDir(), Token: "logging-token",
-		Agents:       map[string][]string{"demo": {binary, "agent", "demo"}},
+		Agents:       registry.Registry{"demo": {Command: binary, Args: []string{"agent", "demo"}}},
 		DefaultAgent: "demo",
 		Logger:       slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}

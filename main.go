@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -27,24 +26,25 @@ func main() {
 		// serve re-executes this binary to start each agent confined.
 		confine.Main()
 	}
-	app := newApp()
-	if err := app.Run(os.Args); err != nil {
-		var code exitCode
-		if errors.As(err, &code) {
-			os.Exit(int(code))
-		}
+	err := newApp().Run(os.Args)
+	code, print := exitStatus(err)
+	if print {
 		fmt.Fprintln(os.Stderr, "sparkles:", err)
-		os.Exit(1)
 	}
+	os.Exit(code)
 }
 
 func newApp() *cli.App {
-	return &cli.App{
-		Name:  "sparkles",
-		Usage: "run coding agents in sandboxes and stream what they do",
+	// --version prints what `sparkles version` prints.
+	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintln(c.App.Writer, versionLine()) }
+	return withUsage(&cli.App{
+		Name:    "sparkles",
+		Usage:   "run coding agents in sandboxes and stream what they do",
+		Version: versionLine(),
 		Commands: []*cli.Command{
 			newServeCommand(),
 			newAgentCommand(),
+			newAgentsCommand(),
 			newSandboxCommand(),
 			newPromptCommand(),
 			newEventsCommand(),
@@ -53,9 +53,10 @@ func newApp() *cli.App {
 			newCancelCommand(),
 			newDBCommand(),
 			newBenchCommand(),
+			newVersionCommand(),
 		},
 		HideHelpCommand: true,
-	}
+	})
 }
 
 // signalContext returns a context canceled by the first SIGINT or SIGTERM;

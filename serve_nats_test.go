@@ -3,10 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sparkles-dev/sparkles/natsstore"
 	"github.com/sparkles-dev/sparkles/natsstore/natstest"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -125,4 +133,204 @@ func TestServeNATS(t *testing.T) {
 			t.Fatalf("the next turn, on B: %+v", ev.Data)
 		}
 	})
+}
+
+// TestServeNATSPaused: the coordinator running a turn is paused (SIGSTOP)
+// past its lease while the turn streams. Another coordinator takes the
+// sandbox over and ends the turn as failed; when the paused one resumes
+// (SIGCONT), with the agent's output waiting for it, it writes nothing more
+// to that log: it finds its lease gone, stops the agent and serves again.
+func TestServeNATSPaused(t *testing.T) {
+	natsURL, _ := natstest.RunServer(t)
+	const token = "nats-test-token"
+	start := func(node string) *serveProc {
+		p := startServe(t, cliEnv(t), t.TempDir(), token, "--store", natsURL, "--node-id", node, "--lease-ttl", "1s")
+		p.waitServing()
+		return p
+	}
+	a, b := start("node-a"), start("node-b")
+	var sb sandbox.Sandbox
+	a.mustCall("POST", "/v1/sandboxes", map[string]any{}, http.StatusCreated, &sb)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := openStream(ctx, b.streams, b.url, token, sb.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	frames := newSSEFrames(resp.Body)
+	next := func(typ sandbox.Type, turn string) sandbox.Event {
+		t.Helper()
+		for {
+			f, err := frames.next()
+			if err != nil {
+				t.Fatalf("stream from B: %v\nA:\n%s\nB:\n%s", err, a.logTail(), b.logTail())
+			}
+			if f.id == "" {
+				continue
+			}
+			var ev sandbox.Event
+			if err := json.Unmarshal(f.data, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.Type == typ && ev.TurnID == turn {
+				return ev
+			}
+		}
+	}
+
+	var turn sandbox.Turn
+	a.mustCall("POST", "/v1/sandboxes/"+sb.ID+"/turns", map[string]string{"input": "slow"}, http.StatusAccepted, &turn)
+	next(sandbox.TypeMessageUpdated, turn.ID)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = a.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	defer resume() // so a failing test's cleanup can stop it
+
+	// B settles the turn once A's lease lapsed: its sweep, or nobody.
+	ended := next(sandbox.TypeTurnCompleted, turn.ID)
+	if d := ended.Data.(*sandbox.TurnCompleted); d.Status != sandbox.TurnFailed || d.Error == nil || d.Error.Code != sandbox.ErrCoordinatorRestarted {
+		t.Fatalf("the turn of the paused node ended %+v", d)
+	}
+	resume()
+	// A finds its leases lapsed (it stops its agents then), registers
+	// again, and is ready: from then on it cannot write with the old lease.
+	a.waitLog("leases lapsed")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		status, _ := a.call(ctx, "GET", "/readyz", nil, nil)
+		if status == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("A not ready again after it resumed:\n%s", a.logTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	log := readEventLog(t, b, sb.ID)
+	checkEventLog(t, log)
+	if last := log[len(log)-1]; last.ID != ended.ID {
+		t.Fatalf("the log goes on after the takeover's turn.completed %d: %d %s of turn %s\nA:\n%s", ended.ID, last.ID, last.Type, last.TurnID, a.logTail())
+	}
+
+	// The sandbox serves the next turn, through the node that was paused.
+	var again sandbox.Turn
+	a.mustCall("POST", "/v1/sandboxes/"+sb.ID+"/turns", map[string]string{"input": "hello"}, http.StatusAccepted, &again)
+	if ev := next(sandbox.TypeTurnCompleted, again.ID); ev.Data.(*sandbox.TurnCompleted).Status != sandbox.TurnSucceeded {
+		t.Fatalf("the next turn: %+v", ev.Data)
+	}
+	checkEventLog(t, readEventLog(t, b, sb.ID))
+}
+
+// checkEventLog checks the invariants of a sandbox's log: ids strictly
+// increasing, one turn.completed per turn at most, nothing of a turn
+// after its turn.completed.
+func checkEventLog(t *testing.T, log []sandbox.Event) {
+	t.Helper()
+	done := map[string]bool{}
+	for i, ev := range log {
+		if i > 0 && ev.ID <= log[i-1].ID {
+			t.Fatalf("id %d after %d", ev.ID, log[i-1].ID)
+		}
+		if ev.TurnID == "" {
+			continue
+		}
+		if done[ev.TurnID] {
+			t.Fatalf("%s %d of turn %s after its turn.completed", ev.Type, ev.ID, ev.TurnID)
+		}
+		done[ev.TurnID] = ev.Type == sandbox.TypeTurnCompleted
+	}
+}
+
+// TestServeNATSCluster: serve on a JetStream cluster of three, given every
+// server, with SPARKLES_NATS_REPLICAS=3, makes the stream and the buckets
+// with 3 replicas; /readyz reports the store's health.
+func TestServeNATSCluster(t *testing.T) {
+	c := natstest.RunCluster(t, 3)
+	const token = "nats-test-token"
+	p := startServe(t, cliEnv(t, "SPARKLES_NATS_REPLICAS=3"), t.TempDir(), token, "--store", c.URL(), "--node-id", "node-a")
+	p.waitServing()
+	var sb sandbox.Sandbox
+	p.mustCall("POST", "/v1/sandboxes", map[string]any{}, http.StatusCreated, &sb)
+
+	ctx := context.Background()
+	nc, err := nats.Connect(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{natsstore.DefaultStreamName, "KV_" + natsstore.DefaultKVBucket,
+		"KV_" + natsstore.DefaultNodeBucket, "KV_" + natsstore.DefaultLeaseBucket} {
+		stream, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := stream.CachedInfo().Config.Replicas; got != 3 {
+			t.Fatalf("stream %s has %d replicas, want 3", name, got)
+		}
+	}
+	p.mustCall("GET", "/readyz", nil, http.StatusOK, nil)
+
+	t.Run("ErrReplicas", func(t *testing.T) {
+		serveFails(t, "--nats-replicas 7", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
+			"--store", c.URL(), "--nats-replicas", "7")
+	})
+}
+
+// TestServeNATSReadyz: /readyz is 503, with the store's reason, while the
+// NATS server is gone, and 200 again once it is back.
+func TestServeNATSReadyz(t *testing.T) {
+	dir := t.TempDir()
+	natsURL, stop := natstest.RunServerDir(t, dir)
+	m := &Main{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Token: "readyz-token", StoreURL: natsURL,
+		NodeID: "node-r", LeaseTTL: time.Minute, Logger: slog.New(slog.DiscardHandler)}
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	url := "http://" + m.Listener.Addr().String() + "/readyz"
+	// waitReady polls /readyz until it answers status with a reason that
+	// has want: the store learns of a lost or regained server by itself.
+	waitReady := func(status int, want string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			resp, err := http.Get(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got struct{ Reason string }
+			_ = json.NewDecoder(resp.Body).Decode(&got)
+			resp.Body.Close()
+			if resp.StatusCode == status && strings.Contains(got.Reason, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz = %d %q, want %d with %q", resp.StatusCode, got.Reason, status, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitReady(http.StatusOK, "")
+	stop()
+	waitReady(http.StatusServiceUnavailable, "the NATS store cannot write")
+	port, err := strconv.Atoi(natsURL[strings.LastIndexByte(natsURL, ':')+1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.RunServerConfig(t, natstest.Config{Dir: dir, Port: port})
+	waitReady(http.StatusOK, "")
 }

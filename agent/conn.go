@@ -73,6 +73,14 @@ type Config struct {
 	// agents are not processes and are never confined.
 	Launcher Launcher
 	Sandbox  string
+	// Confinement is what this agent's registry entry adds to the
+	// launcher's (see Launcher).
+	Confinement Confinement
+	// Session is an earlier ACP session of this agent to go on with: when
+	// the agent advertises loadSession, boot asks for it with session/load
+	// instead of opening a new one. If the agent refuses, a new session
+	// opens and Conn.Resume says why. Empty always opens a new session.
+	Session string
 }
 
 // Kind tells what an Inbound value carries.
@@ -136,6 +144,8 @@ type Conn struct {
 	session    string
 	auth       []AuthMethod
 	err        error
+	loading    bool   // session/load is waiting for its answer: updates are its replay
+	resume     Resume // how the session came to be
 
 	inbox      chan Inbound
 	stopping   chan struct{} // closed by Close: the consumer has let go
@@ -145,16 +155,18 @@ type Conn struct {
 	ended      chan struct{} // closed when the process and the read loop are both over
 	done       chan struct{}
 
-	workers sync.WaitGroup
-	sem     chan struct{}
-	invalid atomic.Int64
-	stalled atomic.Bool // the agent left a write unread past the stall timeout
-	reading atomic.Bool // the read loop is blocked reading the agent's output
+	workers  sync.WaitGroup
+	sem      chan struct{}
+	invalid  atomic.Int64
+	replayed atomic.Int64
+	stalled  atomic.Bool // the agent left a write unread past the stall timeout
+	reading  atomic.Bool // the read loop is blocked reading the agent's output
 }
 
 // call is one of our requests waiting for its response.
 type call struct {
 	prompt bool
+	load   bool            // session/load: the updates before its answer are history
 	turnID string          // prompt: the answer goes to the inbox
 	ch     chan callResult // otherwise: the answer goes here
 }
@@ -203,7 +215,7 @@ func Start(ctx context.Context, cfg Config) (*Conn, error) {
 		log.Warn("start agent", "command", cfg.Command, "err", err)
 		return nil, errors.New("agent could not be started")
 	}
-	if err := c.boot(ctx, dir); err != nil {
+	if err := c.boot(ctx, dir, cfg.Session); err != nil {
 		c.abort()
 		return nil, err
 	}
@@ -274,81 +286,15 @@ func spawn(cfg Config, log *slog.Logger, dir, path string, files *fsRoot) (*Conn
 	return c, nil
 }
 
-// boot runs initialize and session/new.
-func (c *Conn) boot(ctx context.Context, dir string) error {
-	res, err := c.call(ctx, "initialize", initializeParams{
-		ProtocolVersion: ProtocolVersion,
-		ClientCapabilities: clientCapabilities{
-			FS: fsCapabilities{ReadTextFile: true, WriteTextFile: true},
-		},
-		ClientInfo: implementation{Name: "sparkles", Version: "1"},
-	})
-	if err != nil {
-		return c.bootError(ctx, "initialize", err)
-	}
-	var ir struct {
-		ProtocolVersion json.Number     `json:"protocolVersion"`
-		AuthMethods     json.RawMessage `json:"authMethods"`
-	}
-	if err := json.Unmarshal(res, &ir); err != nil {
-		return errors.New("agent sent an invalid answer to initialize")
-	}
-	if ir.ProtocolVersion.String() != fmt.Sprint(ProtocolVersion) {
-		return fmt.Errorf("agent speaks ACP version %q; only version %d is supported", ir.ProtocolVersion, ProtocolVersion)
-	}
-	// A list of the wrong shape is no list: ACP lets the boot go on.
-	var methods []json.RawMessage
-	_ = json.Unmarshal(ir.AuthMethods, &methods)
-	auth := parseAuthMethods(methods)
-	c.mu.Lock()
-	c.auth = auth
-	c.mu.Unlock()
-	res, err = c.call(ctx, "session/new", newSessionParams{Cwd: dir, MCPServers: []struct{}{}})
-	if err != nil {
-		return c.bootError(ctx, "session/new", err)
-	}
-	var sr struct {
-		SessionID string `json:"sessionId"`
-	}
-	if err := json.Unmarshal(res, &sr); err != nil || sr.SessionID == "" {
-		return errors.New("agent did not open a session")
-	}
-	c.mu.Lock()
-	c.session = sr.SessionID
-	c.mu.Unlock()
-	return nil
-}
-
-func (c *Conn) bootError(ctx context.Context, method string, err error) error {
-	var rpcErr *RPCError
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return errors.New("agent did not start in time")
-	case errors.Is(err, context.Canceled):
-		return errors.New("agent start was canceled")
-	case errors.As(err, &rpcErr):
-		c.log.Warn("agent refused a boot request", "method", method, "reply", rpcErr)
-		if method == "initialize" {
-			return errors.New("agent refused to initialize")
-		}
-		if auth := c.AuthMethods(); rpcErr.Code == CodeAuthRequired || len(auth) > 0 {
-			return &AuthError{Methods: auth, Err: rpcErr}
-		}
-		return errors.New("agent refused to open a session")
-	case errors.Is(err, errNotRunning):
-		if why := c.Err(); why != nil {
-			return fmt.Errorf("agent stopped while starting: %v", why)
-		}
-		return errors.New("agent stopped while starting")
-	}
-	c.log.Warn("agent boot failed", "method", method, "err", err)
-	return errors.New("agent failed to start")
-}
-
 // call sends a request and waits for its response; used during boot.
 func (c *Conn) call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	return c.callWith(ctx, &call{}, method, params)
+}
+
+func (c *Conn) callWith(ctx context.Context, p *call, method string, params any) (json.RawMessage, error) {
 	ch := make(chan callResult, 1)
-	id, err := c.register(&call{ch: ch})
+	p.ch = ch
+	id, err := c.register(p)
 	if err != nil {
 		return nil, err
 	}
@@ -394,6 +340,9 @@ func (c *Conn) register(p *call) (int64, error) {
 		c.prompting, c.cancelSent = true, false
 		c.promptDone = make(chan struct{})
 	}
+	if p.load {
+		c.loading = true
+	}
 	// Ids start at 0 so that a response with id 0 is exercised from the
 	// first message on.
 	id := c.nextID
@@ -407,6 +356,9 @@ func (c *Conn) unregister(id int64) {
 	defer c.mu.Unlock()
 	if p := c.pending[id]; p != nil && p.prompt {
 		c.endPromptLocked()
+	}
+	if p := c.pending[id]; p != nil && p.load {
+		c.loading = false
 	}
 	delete(c.pending, id)
 }
@@ -590,6 +542,11 @@ type (
 		Version string `json:"version"`
 	}
 	newSessionParams struct {
+		Cwd        string     `json:"cwd"`
+		MCPServers []struct{} `json:"mcpServers"`
+	}
+	loadSessionParams struct {
+		SessionID  string     `json:"sessionId"`
 		Cwd        string     `json:"cwd"`
 		MCPServers []struct{} `json:"mcpServers"`
 	}

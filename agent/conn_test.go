@@ -147,7 +147,7 @@ func TestPrompt(t *testing.T) {
 			if u.Update.MessageID != nil {
 				t.Fatalf("chunk carries a messageId: %s", in.Params)
 			}
-			if got, want := u.SessionID, "demo-session-1"; got != want {
+			if got, want := u.SessionID, c.SessionID(); got != want {
 				t.Fatalf("sessionId = %q, want %q", got, want)
 			}
 		}
@@ -186,7 +186,10 @@ func TestPrompt(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, in := range append(first, until(t, c, PromptDone)...) {
-				runs[i] = append(runs[i], in.Kind.String()+" "+string(in.Params)+" "+in.StopReason+" "+string(in.Usage))
+				// Session ids are unique per session, on purpose: a later
+				// process may load the session.
+				params := strings.ReplaceAll(string(in.Params), c.SessionID(), "SESSION")
+				runs[i] = append(runs[i], in.Kind.String()+" "+params+" "+in.StopReason+" "+string(in.Usage))
 			}
 			c.Close()
 		}

@@ -4,34 +4,77 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"path/filepath"
 	"sync"
+	"time"
 )
 
 // ErrCrash is what RunDemo returns when a prompt asks it to crash. It stops
 // answering at once; the CLI turns it into exit status 3.
 var ErrCrash = errors.New("demo agent crashed on request")
 
-// RunDemo runs the demo agent: a scripted ACP agent with no model, speaking
+// DemoWord is a word of a prompt that steers the demo agent, and what it
+// makes the agent do.
+type DemoWord struct {
+	Word string // as typed, with its argument: "write NAME"
+	Does string
+}
+
+// DemoWords are the words the demo agent reacts to, in the order a help
+// text lists them; the CLI's prompt help shows them, and so can any client.
+var DemoWords = []DemoWord{
+	{"read NAME", "read NAME (a name with . or /); else the file it writes, else README.md"},
+	{"write NAME", "ask, then write NAME (notes.txt when no name follows)"},
+	{"env", "show its environment in the reply (secrets come back [REDACTED])"},
+	{"slow", "stream the reply in 100 steps, about 6 s under serve: time to try Ctrl-C"},
+	{"hang", "stream one chunk, then wait until the turn is canceled"},
+	{"crash", "exit in the middle of the turn, which fails"},
+	{"recall", "say what was asked in the turn before this one (kept across restarts)"},
+}
+
+// Demo is the demo agent with its pace. The zero value is RunDemo's, quick
+// enough for tests; sparkles serve runs it slower (see SlowPause).
+type Demo struct {
+	// SlowPause is the pause between the 100 steps of a slow reply:
+	// DefaultSlowPause when zero. Tests that interrupt slow turns keep it
+	// short; a person trying Ctrl-C needs seconds (DemoPersonSlowPause).
+	SlowPause time.Duration
+}
+
+const (
+	// DefaultSlowPause makes a slow reply last about a second.
+	DefaultSlowPause = 10 * time.Millisecond
+	// DemoPersonSlowPause makes it last about six seconds: what sparkles
+	// serve gives its demo agent, so that Ctrl-C can be tried on it.
+	DemoPersonSlowPause = 60 * time.Millisecond
+)
+
+// RunDemo runs the demo agent at its quick pace: Demo{}.Run.
+func RunDemo(ctx context.Context, in io.Reader, out io.Writer, env []string) error {
+	return Demo{}.Run(ctx, in, out, env)
+}
+
+// Run runs the demo agent: a scripted ACP agent with no model, speaking
 // over in and out, that exercises what real agents do (reasoning, tool calls,
 // file access through the client, permission requests, streamed replies,
-// cancellation) the same way every time. A prompt steers it with words:
+// cancellation) the same way every time. A prompt steers it with the words
+// of DemoWords.
 //
-//	read NAME   read NAME instead of README.md
-//	write NAME  ask permission, then write NAME (notes.txt without a name)
-//	env         show its environment in the reply and in a tool call's input
-//	slow        stream the reply in many chunks with a pause between them
-//	hang        stream one chunk, then wait for session/cancel
-//	crash       stop answering and return ErrCrash
+// It keeps each session's turns (prompt and reply) in its working directory,
+// in .sparkles-demo/SESSION.jsonl, as real agents keep theirs under their
+// HOME, so that a later process can load the session (session/load): it
+// replays the turns as user and agent message chunks, and recall sees them.
 //
-// It returns nil when in ends, ctx.Err when ctx ends first. The goroutine
-// reading in may stay blocked in Read after RunDemo returns until in is
-// closed.
-func RunDemo(ctx context.Context, in io.Reader, out io.Writer, env []string) error {
+// It returns nil when in ends, ctx.Err when ctx ends first, ErrCrash when a
+// prompt asks it to crash. The goroutine reading in may stay blocked in Read
+// after Run returns until in is closed.
+func (o Demo) Run(ctx context.Context, in io.Reader, out io.Writer, env []string) error {
+	if o.SlowPause <= 0 {
+		o.SlowPause = DefaultSlowPause
+	}
 	ctx, stop := context.WithCancel(ctx)
-	d := &demo{ctx: ctx, out: out, env: env, pending: make(map[int64]chan demoReply)}
+	d := &demo{ctx: ctx, out: out, env: env, pause: o.SlowPause, pending: make(map[int64]chan demoReply)}
 	defer func() {
 		stop() // a turn waiting on the client ends here
 		d.turns.Wait()
@@ -73,8 +116,9 @@ func RunDemo(ctx context.Context, in io.Reader, out io.Writer, env []string) err
 
 // demo is the agent side of one connection.
 type demo struct {
-	ctx context.Context
-	env []string
+	ctx   context.Context
+	env   []string
+	pause time.Duration // between the steps of a slow reply
 
 	wmu sync.Mutex
 	out io.Writer
@@ -83,9 +127,9 @@ type demo struct {
 	canRead  bool
 	canWrite bool
 	always   bool // the user chose the allow_always option: writes are no longer asked for
-	sessions int
 	session  string
 	cwd      string
+	history  []demoEntry // the session's earlier turns
 	tools    int
 	nextID   int64
 	pending  map[int64]chan demoReply
@@ -142,7 +186,7 @@ func (d *demo) request(m *message) error {
 		return d.reply(m.ID, map[string]any{
 			"protocolVersion": ProtocolVersion,
 			"agentCapabilities": map[string]any{
-				"loadSession":        false,
+				"loadSession":        true,
 				"promptCapabilities": map[string]bool{"image": false, "audio": false, "embeddedContext": false},
 			},
 			"authMethods": []any{},
@@ -153,14 +197,13 @@ func (d *demo) request(m *message) error {
 		if json.Unmarshal(m.Params, &p) != nil || !filepath.IsAbs(p.Cwd) {
 			return d.fail(m.ID, codeInvalidParams, "session/new needs an absolute cwd")
 		}
+		sid := newDemoSession()
 		d.mu.Lock()
-		d.sessions++
-		d.session = fmt.Sprintf("demo-session-%d", d.sessions)
-		d.cwd = p.Cwd
-		d.tools = 0
-		sid := d.session
+		d.session, d.cwd, d.tools, d.history = sid, p.Cwd, 0, nil
 		d.mu.Unlock()
 		return d.reply(m.ID, sessionParams{SessionID: sid})
+	case "session/load":
+		return d.load(m)
 	case "session/prompt":
 		return d.prompt(m)
 	}
@@ -201,6 +244,7 @@ func (d *demo) prompt(m *message) error {
 	go func() {
 		defer d.turns.Done()
 		stopReason, usage := t.run()
+		d.remember(demoEntry{Prompt: t.text, Reply: t.reply})
 		d.mu.Lock()
 		d.turn = nil
 		d.mu.Unlock()

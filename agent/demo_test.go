@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -56,10 +57,12 @@ func TestParsePrompt(t *testing.T) {
 		want demoPlan
 	}{
 		{"hello", demoPlan{read: "README.md"}},
-		{"read docs/guide.md", demoPlan{read: "docs/guide.md"}},
-		{"please write out/answer.txt.", demoPlan{read: "README.md", write: "out/answer.txt"}},
-		{"Write a note", demoPlan{read: "README.md", write: "notes.txt"}},
-		{"write ../escape.txt", demoPlan{read: "README.md", write: "../escape.txt"}},
+		{"read docs/guide.md", demoPlan{read: "docs/guide.md", named: true}},
+		// Asked to write, it reads that file first, as real agents do.
+		{"please write out/answer.txt.", demoPlan{read: "out/answer.txt", write: "out/answer.txt"}},
+		{"Write a note", demoPlan{read: "notes.txt", write: "notes.txt"}},
+		{"read a.md, then write b.md", demoPlan{read: "a.md", named: true, write: "b.md"}},
+		{"write ../escape.txt", demoPlan{read: "../escape.txt", write: "../escape.txt"}},
 		{"show env, slowly", demoPlan{read: "README.md", env: true}},
 		{"slow", demoPlan{read: "README.md", slow: true}},
 		{"Hang!", demoPlan{read: "README.md", hang: true}},
@@ -83,15 +86,16 @@ func TestRunDemo(t *testing.T) {
 			t.Fatalf("protocolVersion = %v, want %v", got, want)
 		}
 		p.send(`{"jsonrpc":"2.0","id":"s","method":"session/new","params":{"cwd":"/sandbox","mcpServers":[]}}`)
-		if got, want := p.recv()["result"].(map[string]any)["sessionId"], "demo-session-1"; got != want {
-			t.Fatalf("sessionId = %v, want %v", got, want)
+		sid, _ := p.recv()["result"].(map[string]any)["sessionId"].(string)
+		if !demoSessionRe.MatchString(sid) {
+			t.Fatalf("sessionId = %q, want demo-session-<16 hex digits>", sid)
 		}
 		p.send(`{"jsonrpc":"2.0","id":9,"method":"no/such","params":{}}`)
 		if got, want := p.recv()["error"].(map[string]any)["code"], float64(codeMethodNotFound); got != want {
 			t.Fatalf("code = %v, want %v", got, want)
 		}
 		// Without file access advertised, the read tool fails on its own.
-		p.send(`{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"demo-session-1","prompt":[{"type":"text","text":"hi"}]}}`)
+		p.send(`{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"` + sid + `","prompt":[{"type":"text","text":"hi"}]}}`)
 		for {
 			m := p.recv()
 			if m["method"] == "fs/read_text_file" {
@@ -115,8 +119,8 @@ func TestRunDemo(t *testing.T) {
 		p.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}`)
 		p.recv()
 		p.send(`{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/sandbox","mcpServers":[]}}`)
-		p.recv()
-		p.send(`{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"demo-session-1","prompt":[{"type":"text","text":"crash"}]}}`)
+		sid, _ := p.recv()["result"].(map[string]any)["sessionId"].(string)
+		p.send(`{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"` + sid + `","prompt":[{"type":"text","text":"crash"}]}}`)
 		if err := p.wait(); !errors.Is(err, ErrCrash) {
 			t.Fatalf("RunDemo = %v, want ErrCrash", err)
 		}
@@ -249,4 +253,100 @@ func TestInProcess(t *testing.T) {
 			t.Fatalf("err = %q, want %q", got, want)
 		}
 	})
+}
+
+// TestDemoWords checks that every word the help lists steers the agent.
+func TestDemoWords(t *testing.T) {
+	plain := parsePrompt("hello")
+	for _, w := range DemoWords {
+		prompt := strings.Replace(w.Word, "NAME", "docs/x.md", 1)
+		if got := parsePrompt(prompt); got == plain {
+			t.Errorf("%q (listed as %q) does not change what the demo agent does", prompt, w.Word)
+		}
+	}
+}
+
+// TestDemoFirstRun runs the README's first prompts in a new, empty
+// sandbox: every tool succeeds and the reply says why there was nothing to
+// read.
+func TestDemoFirstRun(t *testing.T) {
+	t.Run("Write", func(t *testing.T) {
+		c := MustStart(t, "demo", t.TempDir())
+		if err := c.Prompt("turn_1", "hello, please write notes.txt"); err != nil {
+			t.Fatal(err)
+		}
+		ins := until(t, c, Permission)
+		if err := c.Respond(ins[len(ins)-1].Request, PermissionSelected("allow_once")); err != nil {
+			t.Fatal(err)
+		}
+		ins = append(ins, until(t, c, PromptDone)...)
+		var tools []string
+		for _, in := range ins {
+			if in.Kind != Update {
+				continue
+			}
+			if u := parseUpdate(t, in).Update; u.Status == "completed" || u.Status == "failed" {
+				tools = append(tools, u.ToolCallID+" "+u.Status)
+			}
+		}
+		if got, want := strings.Join(tools, ", "), "call_1 completed, call_2 completed"; got != want {
+			t.Fatalf("tools ended %s, want %s", got, want)
+		}
+		if got, want := messageText(t, ins), `You asked: "hello, please write notes.txt". notes.txt is new or empty. I wrote notes.txt. That is all from the demo agent.`; got != want {
+			t.Fatalf("text = %q, want %q", got, want)
+		}
+	})
+	t.Run("Hello", func(t *testing.T) {
+		c := MustStart(t, "demo", t.TempDir())
+		if err := c.Prompt("turn_1", "hello"); err != nil {
+			t.Fatal(err)
+		}
+		ins := until(t, c, PromptDone)
+		if got, want := summary(t, ins)[5], "tool_call_update completed"; got != want {
+			t.Fatalf("read tool: %q, want %q", got, want)
+		}
+		if got := messageText(t, ins); !strings.Contains(got, `README.md is empty. A new sandbox has no files: ask me to write one, e.g. "write notes.txt".`) {
+			t.Fatalf("text = %q", got)
+		}
+	})
+}
+
+// TestDemoSlowPause runs a slow reply on synctest's clock: it takes its
+// 100 pauses of the pace given, RunDemo's by default.
+func TestDemoSlowPause(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		pause time.Duration
+		want  time.Duration
+	}{
+		{"Default", 0, 100 * DefaultSlowPause},
+		{"Person", DemoPersonSlowPause, 100 * DemoPersonSlowPause},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				inR, inW := io.Pipe()
+				outR, outW := io.Pipe()
+				done := make(chan error, 1)
+				go func() { done <- Demo{SlowPause: tt.pause}.Run(context.Background(), inR, outW, nil) }()
+				p := &demoPipe{t: t, in: inW, out: bufio.NewReader(outR), done: done}
+				p.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}`)
+				p.recv()
+				// The demo keeps its sessions in its cwd: a real directory.
+				cwd, _ := json.Marshal(t.TempDir())
+				p.send(`{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":` + string(cwd) + `,"mcpServers":[]}}`)
+				session, _ := json.Marshal(p.recv()["result"].(map[string]any)["sessionId"])
+				start := time.Now()
+				p.send(`{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":` + string(session) + `,"prompt":[{"type":"text","text":"slow"}]}}`)
+				for p.recv()["id"] != float64(2) {
+				}
+				if got := time.Since(start); got != tt.want {
+					t.Fatalf("the slow reply took %v of the bubble's clock, want %v", got, tt.want)
+				}
+				inW.Close()
+				if err := <-done; err != nil {
+					t.Fatalf("Run = %v, want nil at the end of its input", err)
+				}
+			})
+		})
+	}
 }

@@ -12,22 +12,23 @@ import (
 
 // demoPlan is what a prompt asks of the demo agent.
 type demoPlan struct {
-	read  string // the file the read tool reads
-	write string // the file to write; "" for none
-	env   bool
-	slow  bool
-	hang  bool
-	crash bool
+	read   string // the file the read tool reads
+	named  bool   // the prompt named it (read NAME)
+	write  string // the file to write; "" for none
+	env    bool
+	slow   bool
+	hang   bool
+	crash  bool
+	recall bool // tell the session's turn before this one
 }
 
 const (
 	demoSlowChunks = 100
-	demoSlowPause  = 10 * time.Millisecond
 	demoChunkWords = 4
 )
 
 func parsePrompt(text string) demoPlan {
-	p := demoPlan{read: "README.md"}
+	var p demoPlan
 	fields := strings.Fields(text)
 	for i, f := range fields {
 		next := ""
@@ -40,7 +41,7 @@ func parsePrompt(text string) demoPlan {
 		switch strings.ToLower(strings.Trim(f, "\"'`.,;:!?()[]{}<>")) {
 		case "read":
 			if named {
-				p.read = next
+				p.read, p.named = next, true
 			}
 		case "write":
 			p.write = "notes.txt"
@@ -55,7 +56,19 @@ func parsePrompt(text string) demoPlan {
 			p.hang = true
 		case "crash":
 			p.crash = true
+		case "recall":
+			p.recall = true
 		}
+	}
+	// Without a file to read, the agent looks at the one it is about to
+	// write, as real agents do; a new sandbox is empty, so that reads as
+	// empty and the read succeeds.
+	switch {
+	case p.read != "":
+	case p.write != "":
+		p.read = p.write
+	default:
+		p.read = "README.md"
 	}
 	return p
 }
@@ -68,6 +81,7 @@ type demoTurn struct {
 	cwd     string
 	text    string
 	plan    demoPlan
+	reply   string // the reply's text, kept with the session once the turn ends
 	stop    chan struct{}
 	once    sync.Once
 	chunks  int
@@ -104,6 +118,13 @@ func (t *demoTurn) script() error {
 		}
 	}
 	reply := []string{fmt.Sprintf("You asked: %q.", t.text)}
+	if t.plan.recall {
+		if e, ok := t.d.earlier(); ok {
+			reply = append(reply, fmt.Sprintf("Before that you asked: %q.", e.Prompt))
+		} else {
+			reply = append(reply, "This is the first turn of this session.")
+		}
+	}
 	s, err := t.readTool()
 	if err != nil {
 		return err
@@ -124,7 +145,8 @@ func (t *demoTurn) script() error {
 		reply = append(reply, s)
 	}
 	reply = append(reply, "That is all from the demo agent.")
-	return t.stream(strings.Join(reply, " "))
+	t.reply = strings.Join(reply, " ")
+	return t.stream(t.reply)
 }
 
 // stream sends the reply in chunks of a few words, without a messageId, as
@@ -145,7 +167,7 @@ func (t *demoTurn) stream(text string) error {
 			if err := t.chunk("agent_message_chunk", fmt.Sprintf("Step %d of %d. ", i, demoSlowChunks)); err != nil {
 				return err
 			}
-			if err := t.pause(demoSlowPause); err != nil {
+			if err := t.pause(t.d.pause); err != nil {
 				return err
 			}
 		}
@@ -210,6 +232,13 @@ func (t *demoTurn) readTool() (string, error) {
 			}
 			return fmt.Sprintf("%s begins with %q.", name, l), nil
 		}
+	}
+	// The client answers a missing file inside the sandbox as empty.
+	switch {
+	case name == t.plan.write:
+		return fmt.Sprintf("%s is new or empty.", name), nil
+	case !t.plan.named:
+		return fmt.Sprintf("%s is empty. A new sandbox has no files: ask me to write one, e.g. \"write notes.txt\".", name), nil
 	}
 	return fmt.Sprintf("%s is empty.", name), nil
 }

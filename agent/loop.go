@@ -159,6 +159,15 @@ func (c *Conn) dispatch(line []byte) bool {
 		c.handleRequest(&m)
 	case m.Method != "":
 		if m.Method == "session/update" {
+			c.mu.Lock()
+			replay := c.loading
+			c.mu.Unlock()
+			if replay {
+				// What the agent replays while it loads a session is the
+				// conversation so far: history, not events of a turn.
+				c.replayed.Add(1)
+				return true
+			}
 			c.deliver(Inbound{Kind: Update, Params: m.Params})
 		} else {
 			c.log.Debug("dropped agent notification", "method", m.Method)
@@ -241,6 +250,9 @@ func (c *Conn) handleResponse(m *message) {
 		delete(c.pending, id)
 		if p != nil && p.prompt {
 			c.endPromptLocked()
+		}
+		if p != nil && p.load {
+			c.loading = false
 		}
 		c.mu.Unlock()
 	}

@@ -23,9 +23,17 @@ type proc struct {
 // (internal/confine implements it).
 type Launcher interface {
 	// Start starts cmd, whose only writable place is the directory
-	// sandbox, in place of cmd.Start; release is called once cmd has been
-	// waited for.
-	Start(cmd *exec.Cmd, sandbox string) (release func(), err error)
+	// sandbox, in place of cmd.Start, with what the agent's own settings
+	// add (extra); release is called once cmd has been waited for.
+	Start(cmd *exec.Cmd, sandbox string, extra Confinement) (release func(), err error)
+}
+
+// Confinement is what one agent's registry entry adds to the server-wide
+// confinement: its network ("open" or "none"; empty keeps the server's) and
+// paths it may read, or read and write, beyond its sandbox.
+type Confinement struct {
+	Network               string
+	ReadPaths, WritePaths []string
 }
 
 // startCommand runs the agent as a process in a process group of its own,
@@ -49,7 +57,7 @@ func startCommand(cfg Config, dir, path string, env []string, stdin, stdout *os.
 		if sandbox == "" {
 			sandbox = dir
 		}
-		release, err = cfg.Launcher.Start(cmd, sandbox)
+		release, err = cfg.Launcher.Start(cmd, sandbox, cfg.Confinement)
 	} else {
 		err = cmd.Start()
 	}

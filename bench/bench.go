@@ -44,6 +44,10 @@ type Config struct {
 	ServeCommand []string
 	// Log receives progress lines and the servers' errors; nil discards.
 	Log io.Writer
+	// AgentCommand runs the demo agent as a process in the agents
+	// scenario (`sparkles agent demo`); empty runs it in the server's
+	// process, which leaves the process start out of the boot.
+	AgentCommand []string
 	// ProfileDir, when set, receives a CPU profile of each scenario
 	// (NAME.cpu.pprof: client and server together where they share the
 	// process) and the child server's heap and goroutine profiles at the
@@ -110,6 +114,7 @@ var scenarios = []scenario{
 	{"replay", "replay of a 100,000-event log over SSE and JSON pages", runReplay, 10 * time.Minute},
 	{"stall", "a reader that never reads while others stream: server memory growth", runStall, 5 * time.Minute},
 	{"stall-snapshot", "300 readers that never read a 5 MB snapshot: server memory per connection", runStallSnapshot, 5 * time.Minute},
+	{"agents", "1,000 sandboxes whose idle agents stopped: server memory per sandbox; a turn on a stopped sandbox to its first event", runAgents, 10 * time.Minute},
 	{"coldstart", "start of a server on 2,000 sandboxes x 1,000 events (1.3 GB), page cache dropped: time to /healthz, RSS", runColdStart, 20 * time.Minute},
 	{"size", "the store file against what it holds: 100,000 events in one sandbox, then a prune of half and as many appends", runSize, 10 * time.Minute},
 }
@@ -165,7 +170,7 @@ func (r *runner) local() (l *local, stop func(), err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if l, err = startLocal(dir, newLogger(r.cfg.Log)); err != nil {
+	if l, err = startLocal(dir, newLogger(r.cfg.Log), nil); err != nil {
 		cleanup()
 		return nil, nil, err
 	}
@@ -174,12 +179,12 @@ func (r *runner) local() (l *local, stop func(), err error) {
 
 // child starts a child server on a fresh directory (see startChild); stop
 // closes it and removes the directory.
-func (r *runner) child(ctx context.Context) (c *child, stop func(), err error) {
+func (r *runner) child(ctx context.Context, env ...string) (c *child, stop func(), err error) {
 	dir, cleanup, err := r.tempDir()
 	if err != nil {
 		return nil, nil, err
 	}
-	if c, err = r.startChild(ctx, dir); err != nil {
+	if c, err = r.startChild(ctx, dir, env...); err != nil {
 		cleanup()
 		return nil, nil, err
 	}
@@ -208,8 +213,8 @@ func (r *runner) startCPUProfile() (stop func() error, err error) {
 
 // startChild starts a child server for this scenario and, if ProfileDir is
 // set, profiles its CPU into NAME-server.cpu.pprof until it is closed.
-func (r *runner) startChild(ctx context.Context, dir string) (*child, error) {
-	c, err := startChild(ctx, r.cfg.ChildCommand, dir)
+func (r *runner) startChild(ctx context.Context, dir string, env ...string) (*child, error) {
+	c, err := startChild(ctx, r.cfg.ChildCommand, dir, env...)
 	if err != nil || r.cfg.ProfileDir == "" {
 		return c, err
 	}

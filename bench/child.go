@@ -35,7 +35,7 @@ const EnvChild = "SPARKLES_BENCH_CHILD"
 // JSON reply per line on its stdout. The first line it writes, unasked, is
 // its address and token. It exits when its stdin closes.
 type childRequest struct {
-	Op   string   `json:"op"` // create, tools, load, stop, mem, profile, cpu
+	Op   string   `json:"op"` // create, tools, load, stop, mem, profile, cpu; turns, settle, wake (agents)
 	N    int      `json:"n,omitempty"`
 	Fill int      `json:"fill,omitempty"` // events appended to each new sandbox
 	IDs  []string `json:"ids,omitempty"`
@@ -46,18 +46,19 @@ type childRequest struct {
 }
 
 type childReply struct {
-	Addr       string   `json:"addr,omitempty"`
-	Token      string   `json:"token,omitempty"`
-	IDs        []string `json:"ids,omitempty"`
-	Appended   int64    `json:"appended,omitempty"`
-	Lasts      []uint64 `json:"lasts,omitempty"` // stop: the last id appended to each sandbox of the load
-	HeapInuse  uint64   `json:"heap_inuse,omitempty"`
-	StackInuse uint64   `json:"stack_inuse,omitempty"`
-	Goroutines int      `json:"goroutines,omitempty"`
-	Streams    int64    `json:"streams"`
-	Delivered  int64    `json:"delivered,omitempty"`
-	Writes     int64    `json:"writes,omitempty"` // the batches the deliveries were written in
-	Err        string   `json:"err,omitempty"`
+	Addr       string    `json:"addr,omitempty"`
+	Token      string    `json:"token,omitempty"`
+	IDs        []string  `json:"ids,omitempty"`
+	Appended   int64     `json:"appended,omitempty"`
+	Lasts      []uint64  `json:"lasts,omitempty"` // stop: the last id appended to each sandbox of the load
+	HeapInuse  uint64    `json:"heap_inuse,omitempty"`
+	StackInuse uint64    `json:"stack_inuse,omitempty"`
+	Goroutines int       `json:"goroutines,omitempty"`
+	Streams    int64     `json:"streams"`
+	Delivered  int64     `json:"delivered,omitempty"`
+	Millis     []float64 `json:"millis,omitempty"` // wake: each turn's time to its first durable event
+	Writes     int64     `json:"writes,omitempty"` // the batches the deliveries were written in
+	Err        string    `json:"err,omitempty"`
 }
 
 // RunChild runs the server of a benchmark in this process, answering the
@@ -68,7 +69,11 @@ type childReply struct {
 // parent asks.
 func RunChild(ctx context.Context, dir string, in io.Reader, out io.Writer) error {
 	raiseFileLimit(1 << 20)
-	l, err := startLocal(dir, newLogger(os.Stderr))
+	agents, err := childAgents()
+	if err != nil {
+		return err
+	}
+	l, err := startLocal(dir, newLogger(os.Stderr), agents)
 	if err != nil {
 		return err
 	}
@@ -125,6 +130,12 @@ func RunChild(ctx context.Context, dir string, in io.Reader, out io.Writer) erro
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			rep.HeapInuse, rep.StackInuse, rep.Goroutines = ms.HeapInuse, ms.StackInuse, runtime.NumGoroutine()
+		case "turns":
+			err = runTurns(ctx, l, req.IDs)
+		case "settle":
+			err = l.agents.waitNone(ctx)
+		case "wake":
+			rep.Millis, err = wakeTurns(ctx, l, req.IDs)
 		case "profile":
 			err = writeProfiles(req.Path)
 		case "cpu":
@@ -298,12 +309,13 @@ type child struct {
 }
 
 // startChild starts argv with EnvChild set to dir and waits for its address.
-func startChild(ctx context.Context, argv []string, dir string) (*child, error) {
+// env adds variables of the scenario's own (see EnvChildAgent).
+func startChild(ctx context.Context, argv []string, dir string, env ...string) (*child, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("this scenario runs the server as a child process, and no child command is configured")
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), EnvChild+"="+dir)
+	cmd.Env = append(append(os.Environ(), EnvChild+"="+dir), env...)
 	// One reply may arrive after its caller gave up; the buffer keeps the
 	// reader from blocking on it until the child is closed.
 	c := &child{cmd: cmd, replies: make(chan childReply, 1), exited: make(chan struct{}), stderr: &tailBuffer{}}

@@ -30,6 +30,7 @@ type local struct {
 	coord   *coordinator.Coordinator
 	srv     *server.Server
 	streams streamCounter
+	agents  *benchAgents // nil without agents
 	addr    string
 	token   string
 	done    chan error
@@ -50,18 +51,22 @@ func (c *streamCounter) Delivered(n int) {
 	c.writes.Add(1)
 }
 
-func startLocal(dir string, logger *slog.Logger) (*local, error) {
+func startLocal(dir string, logger *slog.Logger, agents *benchAgents) (*local, error) {
 	path := filepath.Join(dir, "sparkles.db")
 	st, err := boltstore.Open(path, boltstore.Options{Logger: logger})
 	if err != nil {
 		return nil, err
 	}
-	co, err := coordinator.New(coordinator.Config{Store: st, DataDir: dir, Logger: logger})
+	cfg := coordinator.Config{Store: st, DataDir: dir, Logger: logger}
+	if agents != nil {
+		agents.configure(&cfg)
+	}
+	co, err := coordinator.New(cfg)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	l := &local{store: st, path: path, coord: co, token: newToken(), done: make(chan error, 1)}
+	l := &local{store: st, path: path, coord: co, agents: agents, token: newToken(), done: make(chan error, 1)}
 	l.srv = server.New(server.Config{Backend: co, Token: l.token, Logger: logger, Observer: &l.streams})
 	ln, err := l.srv.Listen("127.0.0.1:0")
 	if err != nil {

@@ -13,11 +13,12 @@ import (
 // approval's options) is shared, since a published state never changes.
 // A mutate, which may change anything, gets a State.Clone instead.
 func foldClone(s *sandbox.State) *sandbox.State {
-	return &sandbox.State{
-		Sandbox:   s.Sandbox,
-		Turn:      s.Turn.Clone(),
-		Messages:  slices.Clone(s.Messages),
-		Tools:     slices.Clone(s.Tools),
-		Approvals: slices.Clone(s.Approvals),
-	}
+	// The whole struct first: a field the fold never touches (the agent's
+	// session) must survive every append, not only those with a mutate.
+	c := *s
+	c.Turn = s.Turn.Clone()
+	c.Messages = slices.Clone(s.Messages)
+	c.Tools = slices.Clone(s.Tools)
+	c.Approvals = slices.Clone(s.Approvals)
+	return &c
 }

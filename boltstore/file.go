@@ -156,20 +156,23 @@ func (s *Store) checkFile() error {
 		// reused, so another one at the path is another file.
 		problem = "was replaced by another file"
 	}
-	// Logged before the change is seen: whoever sees writes refused (or
-	// taken again) finds the line that says why.
 	switch was := s.moved.Load(); {
 	case problem != "" && !was:
+		// Said before it takes effect: whoever sees writes refused can
+		// find the line that says why.
+		defer s.moved.Store(true)
 		s.log.Error("event store: the database file "+problem+" while the server runs. Writes are refused (503 unavailable) "+
 			"and /readyz fails until the same file is back at the path; reads serve what is open. The open file still holds every "+
 			"committed write: copy it to a safe place before stopping the server, or they are lost with it",
 			"path", s.path, "open_file", s.openFile)
-		s.moved.Store(true)
 	case problem == "" && was:
+		defer s.moved.Store(false)
 		s.log.Info("event store: the database file is back at its path; writes are accepted again", "path", s.path)
-		s.moved.Store(false)
 	}
-	return s.Writable()
+	if problem != "" {
+		return errFileGone
+	}
+	return nil
 }
 
 // failedCommit is the error of a commit that failed with err: the typed

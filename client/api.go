@@ -30,6 +30,16 @@ type CreatedSandbox struct {
 	StreamToken string `json:"stream_token"`
 }
 
+// MarshalJSON writes the sandbox and then the token, as the server answers
+// it (the embedded Sandbox's own MarshalJSON would drop the token).
+func (c CreatedSandbox) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(c.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	return sandbox.AppendObjectField(b, "stream_token", c.StreamToken)
+}
+
 // CreateSandbox creates a sandbox; its agent boots in the background.
 func (c *Client) CreateSandbox(ctx context.Context, r CreateSandboxRequest) (CreatedSandbox, error) {
 	var out CreatedSandbox
@@ -210,4 +220,21 @@ func (c *Client) Events(ctx context.Context, id string, since uint64, limit int)
 // Healthz checks that the server answers. It needs no token.
 func (c *Client) Healthz(ctx context.Context) error {
 	return c.call(ctx, http.MethodGet, c.endpoint(nil, "healthz"), nil, http.StatusOK, nil)
+}
+
+// Agent is one agent a sandbox may ask for: its name, and whether its
+// command resolves on the server (an agent that is not available fails to
+// start). The server never tells its command or environment.
+type Agent struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+}
+
+// Agents lists the agents registered on the server, sorted by name.
+func (c *Client) Agents(ctx context.Context) ([]Agent, error) {
+	var out struct {
+		Data []Agent `json:"data"`
+	}
+	err := c.call(ctx, http.MethodGet, c.endpoint(nil, "v1", "agents"), nil, http.StatusOK, &out)
+	return out.Data, err
 }

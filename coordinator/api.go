@@ -18,6 +18,10 @@ type Decision struct {
 // with a cluster on the node that holds the sandbox's lease. A deleted
 // sandbox has no runtime left to hold, so any node answers for it.
 func (c *Coordinator) call(ctx context.Context, call Call) (any, error) {
+	// Every call writes: none is taken while the store refuses writes.
+	if err := c.Writable(); err != nil {
+		return nil, err
+	}
 	sb, err := c.store.Sandbox(ctx, call.SandboxID)
 	if err != nil {
 		return nil, err
@@ -55,6 +59,11 @@ func (c *Coordinator) exec(ctx context.Context, b *box, sb sandbox.Sandbox, call
 		if sb.Status == sandbox.StatusDeleted {
 			b.deleted = true
 		}
+		if len(b.pending) > 0 {
+			// Its writes wait for the store: nothing goes on top of them.
+			ferr = unavailable(b.lastErr)
+			return
+		}
 		switch call.Op {
 		case OpStartTurn:
 			v, ferr = b.startTurn(call.Input)
@@ -68,7 +77,7 @@ func (c *Coordinator) exec(ctx context.Context, b *box, sb sandbox.Sandbox, call
 			v, ferr = b.decide(call.ApprovalID, *call.Decision)
 		case OpDelete:
 			if !b.deleted {
-				b.remove()
+				ferr = b.remove()
 			}
 		default:
 			ferr = sandbox.Errorf(sandbox.EInvalidRequest, "unknown operation %q", call.Op)
@@ -92,11 +101,18 @@ func (c *Coordinator) exec(ctx context.Context, b *box, sb sandbox.Sandbox, call
 // deleted. Its log stays readable until retention drops it.
 func (c *Coordinator) DeleteSandbox(ctx context.Context, id string) (sandbox.Sandbox, error) {
 	if !c.hasAgents() {
+		if err := c.Writable(); err != nil {
+			return sandbox.Sandbox{}, err
+		}
 		err := c.store.Append(ctx, id, nil, func(st *sandbox.State) error {
 			st.Sandbox.Status, st.Sandbox.StatusDetail = sandbox.StatusDeleted, "deleted by request"
 			st.Sandbox.UpdatedAt = c.now()
 			return nil
 		})
+		c.noteWrite(id, err)
+		if storeFault(err) {
+			return sandbox.Sandbox{}, unavailable(err)
+		}
 		if err != nil {
 			return sandbox.Sandbox{}, err
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -50,7 +51,7 @@ type benchEnv struct{ co *coordinator.Coordinator }
 func newBenchEnv(b *testing.B) *benchEnv {
 	dir := b.TempDir()
 	st := mustOpen(b, dir)
-	co, err := coordinator.New(coordinator.Config{Store: st, DataDir: dir, Agents: map[string][]string{"demo": demoCommand()}})
+	co, err := coordinator.New(coordinator.Config{Store: st, DataDir: dir, Agents: registry.Registry{"demo": demoAgent()}})
 	if err != nil {
 		b.Fatal(err)
 	}

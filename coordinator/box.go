@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/agent"
+	"github.com/sparkles-dev/sparkles/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/translate"
 )
@@ -35,6 +37,25 @@ type box struct {
 	approvals map[string]*approvalRun
 	deleted   bool
 
+	// The agent's slot (see slots and idle.go).
+	slot      bool          // holds a slot: booting, running or stopping
+	waiting   bool          // a turn waits in the slot queue
+	idle      bool          // the agent runs with nothing to do
+	idleTimer *time.Timer   // stops the agent after Config.AgentIdleTimeout
+	granted   chan struct{} // the slot manager granted the waiting turn a slot
+	evict     chan struct{} // the slot manager asks this idle agent to stop
+
+	// The agent's session (see session.go).
+	session     string // the open session's id
+	sessionKept bool   // it is the one the sandbox's state keeps
+	// Writes the store refused, oldest first, and how they are retried
+	// (see pending.go).
+	pending       []pendingWrite
+	pendingEvents int   // events in pending
+	lastErr       error // the store's last refusal
+	attempt       int   // retries since the first refusal
+	retry         *time.Timer
+
 	flush       *time.Timer
 	turnTimer   *time.Timer
 	cancelTimer *time.Timer
@@ -45,7 +66,8 @@ type box struct {
 type turnRun struct {
 	turn     sandbox.Turn
 	text     string
-	running  bool // prompt sent to the agent
+	accepted bool // answered 202: its turn.started and turn.completed must reach the log
+	running  bool // turn.started written (or waiting), prompt sent unless the store refused it
 	canceled bool
 }
 
@@ -79,6 +101,10 @@ func (c *Coordinator) box(id string) (*box, error) {
 		turnTimer:   stoppedTimer(),
 		cancelTimer: stoppedTimer(),
 		apprTimer:   stoppedTimer(),
+		idleTimer:   stoppedTimer(),
+		granted:     make(chan struct{}, 1),
+		evict:       make(chan struct{}, 1),
+		retry:       stoppedTimer(),
 	}
 	c.boxes[id] = b
 	c.wg.Add(1)
@@ -149,8 +175,18 @@ func (b *box) run(ctx context.Context) {
 			b.cancelOverdue()
 		case <-b.apprTimer.C:
 			b.expireApprovals()
+		case <-b.idleTimer.C:
+			b.idleExpired()
+		case <-b.granted:
+			b.slotGranted()
+		case <-b.evict:
+			b.evicted()
+		case <-b.retry.C:
+			b.retryWrites()
 		}
+		b.stopForStore()
 		b.armFlush()
+		b.settleIdle()
 	}
 }
 
@@ -184,17 +220,11 @@ func (b *box) log() *slog.Logger { return b.c.log.With("sandbox_id", b.id) }
 
 func (b *box) dir() string { return filepath.Join(b.c.cfg.DataDir, "sandboxes", b.id) }
 
-// emit appends events durably. A store failure is logged: the events are lost
-// to the log, and the server says so in its own log with the cause.
-func (b *box) emit(evs []*sandbox.Event) {
-	if len(evs) == 0 {
-		return
-	}
-	if err := b.c.store.Append(context.Background(), b.id, evs, nil); err != nil {
-		b.log().Error("append failed", "err", err, "events", len(evs))
-		return
-	}
-	b.observe(evs)
+// emit appends events durably, after the writes that wait for the store,
+// if any. A refused append waits in memory and is retried (see write); the
+// error tells a caller that answers a request.
+func (b *box) emit(evs []*sandbox.Event) error {
+	return b.write(evs, nil)
 }
 
 // observe tells the observer about settled turns and approvals, and, when a
@@ -237,20 +267,23 @@ func (b *box) setConn(conn *agent.Conn) {
 	b.conn = conn
 }
 
-func (b *box) setStatus(status, detail string, evs ...*sandbox.Event) {
-	err := b.c.store.Append(context.Background(), b.id, evs, func(st *sandbox.State) error {
+// setStatus appends evs and changes the sandbox's status in the same write,
+// which waits like any other when the store refuses it.
+func (b *box) setStatus(status, detail string, evs ...*sandbox.Event) error {
+	return b.write(evs, b.statusMutate(status, detail))
+}
+
+// statusMutate sets the sandbox's status, unless it is deleted already. It
+// reads the clock when the write is made, a retry included.
+func (b *box) statusMutate(status, detail string) func(*sandbox.State) error {
+	return func(st *sandbox.State) error {
 		if st.Sandbox.Status == sandbox.StatusDeleted && status != sandbox.StatusDeleted {
 			return nil
 		}
 		st.Sandbox.Status, st.Sandbox.StatusDetail = status, detail
 		st.Sandbox.UpdatedAt = b.c.now()
 		return nil
-	})
-	if err != nil {
-		b.log().Error("status update failed", "status", status, "err", err)
-		return
 	}
-	b.observe(evs)
 }
 
 func (b *box) armFlush() {
@@ -292,28 +325,48 @@ func (b *box) translator() (*translate.Translator, config, error) {
 }
 
 // boot starts the agent in the background; the result arrives on bootDone.
-func (b *box) boot() {
+// forTurn tells whether a turn waits for the agent: then a boot that finds
+// every agent slot held waits in the queue for one; a boot at create (only
+// warming the agent up) takes a free slot or leaves the agent for the first
+// turn. The state read here holds the agent's session from its last boot.
+func (b *box) boot(forTurn bool) {
 	if b.conn != nil || b.booting || b.deleted {
 		return
 	}
-	sb, err := b.c.store.Sandbox(context.Background(), b.id)
+	st, err := b.c.store.State(context.Background(), b.id)
 	if err != nil {
 		b.log().Error("boot: read sandbox", "err", err)
 		return
 	}
+	sb := st.Sandbox
 	_, cfg, err := b.translator()
 	if err != nil {
 		b.log().Error("boot: read config", "err", err)
 		b.setStatus(sandbox.StatusFailed, "the sandbox configuration could not be read")
 		return
 	}
-	command := b.c.cfg.Agents[sb.Agent]
+	reg, registered := b.c.cfg.Agents[sb.Agent]
+	var command []string
+	if registered {
+		command = reg.Argv()
+	}
 	builtin := b.c.cfg.Builtins[sb.Agent]
 	if len(command) == 0 && builtin == nil {
 		msg := fmt.Sprintf("agent %q is not registered on this server", sb.Agent)
 		b.setStatus(sandbox.StatusFailed, msg, b.tr.Error(sandbox.ErrAgentStartFailed, msg)...)
 		b.failQueued(sandbox.ErrAgentStartFailed, msg)
 		return
+	}
+	if !b.slot {
+		if !b.c.slots.acquire(b, forTurn) {
+			if forTurn {
+				b.waitForSlot()
+			} else {
+				b.setStatus(sandbox.StatusStopped, fmt.Sprintf("the agent starts with the first turn: all %d agent slots are in use", b.c.cfg.MaxAgents))
+			}
+			return
+		}
+		b.slot, b.waiting = true, false
 	}
 	b.booting = true
 	b.setStatus(sandbox.StatusBooting, fmt.Sprintf("starting agent %q", sb.Agent))
@@ -322,11 +375,15 @@ func (b *box) boot() {
 		Command: command,
 		Run:     builtin,
 		Dir:     work,
-		Env:     agentEnv(cfg),
-		Logger:  b.log(),
+		Env:     agentEnv(reg, cfg),
+		Confinement: agent.Confinement{
+			Network: reg.Network, ReadPaths: reg.ReadPaths, WritePaths: reg.WritePaths,
+		},
+		Logger: b.log(),
 
 		Launcher: b.c.cfg.Launcher,
 		Sandbox:  b.dir(),
+		Session:  st.AgentSession,
 	}
 	timeout := b.c.cfg.BootTimeout
 	go func() {
@@ -357,48 +414,51 @@ func (b *box) boot() {
 }
 
 // agentEnv is the whole environment of an agent: a minimal base from the
-// server's own (PATH, HOME, LANG) and the sandbox's env and secrets. Nothing
-// else of the server's environment, such as its token, reaches the agent.
-func agentEnv(cfg config) []string {
-	env := []string{}
+// server's own (PATH, HOME, LANG), then the registry's env and pass_env,
+// then the sandbox's env, then its secrets; each later one wins over the
+// earlier (SPEC §9). Nothing else of the server's environment, such as its
+// token, reaches the agent.
+func agentEnv(reg registry.Agent, cfg config) []string {
+	env := map[string]string{}
 	for _, k := range []string{"PATH", "HOME", "LANG"} {
 		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
+			env[k] = v
 		}
 	}
-	for _, m := range []map[string]string{cfg.Env, cfg.Secrets} {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			env = append(env, k+"="+m[k])
-		}
+	for _, m := range []map[string]string{reg.Environ(os.LookupEnv), cfg.Env, cfg.Secrets} {
+		maps.Copy(env, m)
 	}
-	return env
+	out := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return out
 }
 
 func (b *box) booted(res bootResult) {
 	b.booting = false
 	if res.err != nil {
 		if b.deleted {
+			b.releaseSlot()
 			return
 		}
 		// An agent's refusal names what it offered (see agent.AuthError):
 		// the agent's words, so sanitized for status_detail as well.
 		msg := b.sanitize("the agent could not start: "+res.err.Error(), maxStatusDetail)
 		b.log().Warn("agent boot failed", "err", res.err)
+		b.releaseSlot()
 		b.setStatus(sandbox.StatusFailed, msg, b.tr.Error(sandbox.ErrAgentStartFailed, msg)...)
 		b.failQueued(sandbox.ErrAgentStartFailed, msg)
 		return
 	}
 	if b.deleted || b.c.ctx.Err() != nil {
 		res.conn.Close()
+		b.releaseSlot()
 		return
 	}
 	b.setConn(res.conn)
-	b.setStatus(sandbox.StatusReady, "the agent is ready")
+	detail, evs := b.resumed(res.conn)
+	b.setStatus(sandbox.StatusReady, detail, evs...)
 	if b.turn != nil && !b.turn.running {
 		b.runTurn()
 	}

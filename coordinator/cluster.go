@@ -58,6 +58,11 @@ var (
 	ErrLeaseLost = errors.New("this node's leases lapsed before they could be renewed")
 	// ErrUnreachable is wrapped by Cluster.Forward when no node listens.
 	ErrUnreachable = errors.New("the node does not answer")
+	// ErrFenced is matched by the error of a Store.Append that this node
+	// may no longer make: the sandbox's lease lapsed or moved to another
+	// node, which may already be writing its log. Nothing was written;
+	// the node stops acting for the sandbox.
+	ErrFenced = errors.New("this node no longer holds the sandbox's lease")
 )
 
 // Operations a node forwards to the holder of a sandbox's lease.
@@ -151,9 +156,45 @@ func (c *Coordinator) startCluster(cl Cluster) error {
 	}
 	r.stopServe = stop
 	c.cl = r
+	c.store = leasedStore{Store: c.store, c: c}
 	c.loop(c.leaseLoop)
 	c.loop(c.sweepLoop)
 	return nil
+}
+
+// leasedStore is the store as a node of a cluster writes it. An append
+// the store refuses because this node no longer holds the sandbox's lease
+// (ErrFenced: it lapsed, or another node took the sandbox over while this
+// one was paused or cut off) retires the sandbox's runtime here: another
+// node may be running it now. The store refuses every later append of
+// this node to the sandbox until it claims the lease again, so whatever
+// the runtime does before it is retired writes nothing.
+type leasedStore struct {
+	Store
+	c *Coordinator
+}
+
+func (s leasedStore) Append(ctx context.Context, id string, events []*sandbox.Event, mutate func(*sandbox.State) error) error {
+	err := s.Store.Append(ctx, id, events, mutate)
+	if errors.Is(err, ErrFenced) {
+		s.c.fenced(id)
+	}
+	return err
+}
+
+// fenced retires this node's runtime of a sandbox whose lease it lost. The
+// append that found out may be running on the box's own goroutine, which
+// retiring waits for, so it is retired from another one. A claim of the
+// sandbox by this node meanwhile finds no box and makes a new one, with
+// the new lease; the old box's abandon is queued long before this node
+// could win the lease back (a TTL of the other node's at least).
+func (c *Coordinator) fenced(id string) {
+	b := c.existingBox(id)
+	if b == nil {
+		return
+	}
+	c.log.Warn("cluster: this node lost the lease of a sandbox; stopping its agent without writing", "node", c.cl.node, "sandbox_id", id)
+	go c.retire(b)
 }
 
 // loop runs fn in the background until Close.

@@ -102,10 +102,12 @@ func (b *box) abandon() {
 	b.cancelTimer.Stop()
 	b.apprTimer.Stop()
 	b.tr = nil // nothing left to flush
+	b.dropPending()
 	if b.conn != nil {
 		conn := b.conn
 		b.setConn(nil)
 		conn.Close()
+		b.releaseSlot()
 	}
 }
 

@@ -13,20 +13,33 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/agent"
+	"github.com/sparkles-dev/sparkles/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// Defaults of Config.
+const (
+	// DefaultAgentIdleTimeout is how long an agent may sit idle before it
+	// is stopped.
+	DefaultAgentIdleTimeout = 15 * time.Minute
+	// DefaultMaxAgents is how many agents may run at once: a Node adapter
+	// holds 150-300 MB, so 64 of them fill a machine of 16 to 32 GB.
+	DefaultMaxAgents = 64
 )
 
 // Config is what a Coordinator needs. Zero durations take the defaults.
 type Config struct {
 	Store   Store
 	DataDir string // sandbox working directories live under DataDir/sandboxes/<id>/work
-	// Agents maps agent names to the command that starts them. With no
-	// agents at all, sandboxes have no runtime and go straight to ready
-	// (the event log alone, as embedded tests use it).
-	Agents map[string][]string
+	// Agents maps agent names to what starts them: command, arguments
+	// and environment (the registry, SPEC §9). With no agents at all,
+	// sandboxes have no runtime and go straight to ready (the event log
+	// alone, as embedded tests use it).
+	Agents registry.Registry
 	// Builtins are agents run in-process over pipes instead of as a process
 	// (the demo agent inside an embedding program's tests). A name in both
 	// maps runs as the builtin.
@@ -40,12 +53,24 @@ type Config struct {
 	TurnTimeout     time.Duration // default 30m
 	ApprovalTimeout time.Duration // default 10m
 	FlushInterval   time.Duration // default 50ms
+	// StoreRetry is the first wait before a write the store refused is
+	// tried again (default 100ms); each refusal doubles it up to
+	// StoreRetryMax (default 5s). See health.go.
+	StoreRetry    time.Duration
+	StoreRetryMax time.Duration
 
 	// Redact, when set, returns values of the server's own to redact
 	// from every string of a sandbox as its secrets are (the server token
 	// and the sandbox's stream token), and from the metadata it is
 	// created with.
 	Redact func(sandboxID string) []string
+	// AgentIdleTimeout stops an agent that has had no turn this long; the
+	// next turn boots it again (default 15m; negative: never).
+	AgentIdleTimeout time.Duration
+	// MaxAgents bounds the agents running at once on this coordinator
+	// (default 64). When every slot is held, a turn that needs an agent
+	// stops the least recently used idle one or waits for a slot.
+	MaxAgents int
 
 	Logger   *slog.Logger
 	Now      func() time.Time
@@ -65,15 +90,30 @@ type Observer interface {
 	UpdatesDropped(kind string, n int)
 	Redacted(n int)
 	AgentsRunning(delta int)
+	// StoreHealthy says whether the store takes writes again (true) or
+	// has begun to refuse them (false); it is told on each change.
+	StoreHealthy(ok bool)
+	// AppendFailed counts a write the store refused, each retry included;
+	// AppendRetried counts each retry of a write that waits.
+	AppendFailed()
+	AppendRetried()
+	// EventsWaiting moves the count of events held in memory until the
+	// store takes them.
+	EventsWaiting(delta int)
 }
 
-type nopObserver struct{}
+// NopObserver observes nothing; embed it to observe only some things.
+type NopObserver struct{}
 
-func (nopObserver) TurnCompleted(string)       {}
-func (nopObserver) ApprovalResolved(string)    {}
-func (nopObserver) UpdatesDropped(string, int) {}
-func (nopObserver) Redacted(int)               {}
-func (nopObserver) AgentsRunning(int)          {}
+func (NopObserver) TurnCompleted(string)       {}
+func (NopObserver) ApprovalResolved(string)    {}
+func (NopObserver) UpdatesDropped(string, int) {}
+func (NopObserver) Redacted(int)               {}
+func (NopObserver) AgentsRunning(int)          {}
+func (NopObserver) StoreHealthy(bool)          {}
+func (NopObserver) AppendFailed()              {}
+func (NopObserver) AppendRetried()             {}
+func (NopObserver) EventsWaiting(int)          {}
 
 // BuiltinAgent is an ACP agent that runs in-process: it reads requests from
 // stdin and writes to stdout until ctx ends or stdin closes. env is the
@@ -92,6 +132,10 @@ type Coordinator struct {
 
 	mu    sync.Mutex
 	boxes map[string]*box
+	slots *slots
+
+	health  storeHealth
+	stalled atomic.Int64 // boxes with writes waiting for the store
 
 	cl *clusterRun // nil without a cluster
 }
@@ -129,7 +173,7 @@ func New(cfg Config) (*Coordinator, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Observer == nil {
-		cfg.Observer = nopObserver{}
+		cfg.Observer = NopObserver{}
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -140,13 +184,22 @@ func New(cfg Config) (*Coordinator, error) {
 	def(&cfg.TurnTimeout, 30*time.Minute)
 	def(&cfg.ApprovalTimeout, 10*time.Minute)
 	def(&cfg.FlushInterval, 50*time.Millisecond)
+	if cfg.AgentIdleTimeout == 0 {
+		cfg.AgentIdleTimeout = DefaultAgentIdleTimeout
+	}
+	if cfg.MaxAgents <= 0 {
+		cfg.MaxAgents = DefaultMaxAgents
+	}
+	def(&cfg.StoreRetry, 100*time.Millisecond)
+	def(&cfg.StoreRetryMax, 5*time.Second)
+	cfg.StoreRetryMax = max(cfg.StoreRetryMax, cfg.StoreRetry)
 	if cfg.DefaultAgent == "" {
 		if names := agentNames(cfg); len(names) > 0 {
 			cfg.DefaultAgent = names[0]
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Coordinator{cfg: cfg, store: cfg.Store, log: cfg.Logger, ctx: ctx, cancel: cancel, boxes: map[string]*box{}}
+	c := &Coordinator{cfg: cfg, store: cfg.Store, log: cfg.Logger, ctx: ctx, cancel: cancel, boxes: map[string]*box{}, slots: newSlots(cfg.MaxAgents)}
 	// Without agents there are no runtimes to place, so no node owns anything.
 	if cfg.Cluster != nil && c.hasAgents() {
 		if err := c.startCluster(cfg.Cluster); err != nil {
@@ -238,15 +291,24 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
+	// After the checks: a request that can never succeed says so, outage or not.
+	if err := c.Writable(); err != nil {
+		return sandbox.Sandbox{}, err
+	}
 	var epoch uint64
 	if c.cl != nil {
 		if epoch, err = c.claimNew(ctx, sb.ID); err != nil {
 			return sandbox.Sandbox{}, err
 		}
 	}
-	if err := c.store.Create(ctx, sb, cfgJSON); err != nil {
+	err = c.store.Create(ctx, sb, cfgJSON)
+	c.noteWrite("", err)
+	if err != nil {
 		if c.cl != nil {
 			_ = c.cl.Release(context.WithoutCancel(ctx), sb.ID)
+		}
+		if storeFault(err) {
+			return sandbox.Sandbox{}, unavailable(err)
 		}
 		return sandbox.Sandbox{}, err
 	}
@@ -260,7 +322,7 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 			// sandbox over settles it, and its next turn boots the agent.
 			return c.store.Sandbox(ctx, sb.ID)
 		}
-		if err := b.do(ctx, b.boot); err != nil {
+		if err := b.do(ctx, func() { b.boot(false) }); err != nil {
 			return sandbox.Sandbox{}, err
 		}
 	}
@@ -306,7 +368,12 @@ func (c *Coordinator) AppendEvents(ctx context.Context, id string, events ...*sa
 		}
 		ev.SandboxID = id
 	}
-	return c.store.Append(ctx, id, events, nil)
+	err := c.store.Append(ctx, id, events, nil)
+	c.noteWrite(id, err)
+	if storeFault(err) {
+		return unavailable(err)
+	}
+	return err
 }
 
 // Close stops every sandbox runtime: running turns are completed as
@@ -319,4 +386,25 @@ func (c *Coordinator) Close() error {
 	c.cancel()
 	c.wg.Wait()
 	return nil
+}
+
+// AgentInfo is one agent a sandbox may ask for, as GET /v1/agents lists it:
+// its name and whether its command resolves on this server. Its command
+// and environment stay private.
+type AgentInfo struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+}
+
+// Agents lists the agents sandboxes may ask for, sorted by name. A
+// builtin runs in this process and is always available; a command is
+// looked up now, so that an adapter installed after start shows up.
+func (c *Coordinator) Agents(ctx context.Context) ([]AgentInfo, error) {
+	names := agentNames(c.cfg)
+	out := make([]AgentInfo, 0, len(names))
+	for _, n := range names {
+		_, builtin := c.cfg.Builtins[n]
+		out = append(out, AgentInfo{Name: n, Available: builtin || c.cfg.Agents[n].Available()})
+	}
+	return out, nil
 }

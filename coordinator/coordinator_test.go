@@ -13,6 +13,7 @@ import (
 	"github.com/sparkles-dev/sparkles/agent"
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -40,7 +41,9 @@ type env struct {
 	cfg   coordinator.Config
 }
 
-func demoCommand() []string { return []string{os.Args[0], "sparkles-test-agent"} }
+func demoAgent() registry.Agent {
+	return registry.Agent{Command: os.Args[0], Args: []string{"sparkles-test-agent"}}
+}
 
 func newEnv(t *testing.T, tweak func(*coordinator.Config)) *env {
 	t.Helper()
@@ -52,7 +55,7 @@ func newEnv(t *testing.T, tweak func(*coordinator.Config)) *env {
 	cfg := coordinator.Config{
 		Store:         st,
 		DataDir:       dir,
-		Agents:        map[string][]string{"demo": demoCommand()},
+		Agents:        registry.Registry{"demo": demoAgent()},
 		FlushInterval: 5 * time.Millisecond,
 		BootTimeout:   20 * time.Second,
 	}
@@ -370,7 +373,7 @@ func TestTurnTimeout(t *testing.T) {
 
 func TestBootFailure(t *testing.T) {
 	e := newEnv(t, func(c *coordinator.Config) {
-		c.Agents["broken"] = []string{filepath.Join(t.TempDir(), "no-such-agent")}
+		c.Agents["broken"] = registry.Agent{Command: filepath.Join(t.TempDir(), "no-such-agent")}
 	})
 	sb := e.create(coordinator.CreateParams{Agent: "broken"})
 	turn, err := e.co.StartTurn(context.Background(), sb.ID, "hello")
@@ -433,7 +436,7 @@ func TestRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := coordinator.Config{Store: st, DataDir: dir, Agents: map[string][]string{"demo": demoCommand()}, FlushInterval: 5 * time.Millisecond}
+	cfg := coordinator.Config{Store: st, DataDir: dir, Agents: registry.Registry{"demo": demoAgent()}, FlushInterval: 5 * time.Millisecond}
 	co, _ := coordinator.New(cfg)
 	e := &env{t: t, store: st, co: co}
 	sb := e.create(coordinator.CreateParams{})

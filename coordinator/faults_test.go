@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -45,7 +46,7 @@ type faultRig struct {
 func newFaultRig(t *testing.T, bin string, argv []string, tweak func(*coordinator.Config)) *faultRig {
 	t.Helper()
 	e := newEnv(t, func(c *coordinator.Config) {
-		c.Agents["fault"] = append([]string{bin}, argv...)
+		c.Agents["fault"] = registry.Agent{Command: bin, Args: argv}
 		if tweak != nil {
 			tweak(c)
 		}

@@ -12,6 +12,7 @@ import (
 	_ "github.com/coder/acp-go-sdk"
 
 	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -28,7 +29,7 @@ func TestForeignAgent(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the SDK's example agent: %v\n%s", err, out)
 	}
-	e := newEnv(t, func(c *coordinator.Config) { c.Agents["example"] = []string{bin} })
+	e := newEnv(t, func(c *coordinator.Config) { c.Agents["example"] = registry.Agent{Command: bin} })
 	sb := e.create(coordinator.CreateParams{Agent: "example"})
 	if _, err := e.co.StartTurn(context.Background(), sb.ID, "improve the config"); err != nil {
 		t.Fatal(err)

@@ -40,32 +40,64 @@ func (b *box) startTurn(input string) (sandbox.Turn, error) {
 	}
 	b.turn = t
 	if b.conn != nil {
-		b.runTurn()
+		if err := b.runTurn(); err != nil {
+			return sandbox.Turn{}, err
+		}
 		return t.turn, nil
 	}
 	queued := t.turn
-	err := b.c.store.Append(context.Background(), b.id, nil, func(st *sandbox.State) error {
+	// The turn is accepted only once the store has it: a 202 for a turn
+	// the log never heard of would be a turn nobody can find.
+	err := b.tryWrite(nil, func(st *sandbox.State) error {
+		// The stored state decides, not what this node last read: a node
+		// that took the sandbox over just after another deleted it may
+		// have read it before the delete.
+		if st.Sandbox.Status == sandbox.StatusDeleted {
+			return sandbox.Errorf(sandbox.EConflict, "sandbox %s is deleted; create a new one", b.id)
+		}
 		st.Sandbox.CurrentTurn = &queued
 		return nil
 	})
 	if err != nil {
 		b.turn = nil
+		if sandbox.IsType(err, sandbox.EConflict) {
+			b.deleted = true
+		}
 		return sandbox.Turn{}, err
 	}
-	b.boot()
+	t.accepted = true
+	b.boot(true)
 	return t.turn, nil
 }
 
-func (b *box) runTurn() {
+// runTurn writes the turn's turn.started and sends the prompt. A turn not
+// yet answered is accepted only once its turn.started is durable; if the
+// store refuses it, the turn is forgotten and the error answers the
+// request. A turn accepted while queued has its turn.started wait like any
+// write; the prompt is then never sent, and stopForStore ends the turn.
+func (b *box) runTurn() error {
 	t := b.turn
-	b.emit(b.tr.StartTurn(t.turn.ID, t.turn.Input))
+	evs := b.tr.StartTurn(t.turn.ID, t.turn.Input)
+	if !t.accepted {
+		if err := b.tryWrite(evs, nil); err != nil {
+			b.tr.EndTurn(translate.TurnResult{Canceled: true}) // nothing of it reached the log, and nothing will
+			b.turn = nil
+			return err
+		}
+		t.accepted = true
+	} else if b.emit(evs) != nil {
+		t.running, t.turn.Status = true, sandbox.TurnRunning
+		return nil
+	}
 	t.running, t.turn.Status = true, sandbox.TurnRunning
+	b.sessionInUse()
 	if err := b.conn.Prompt(t.turn.ID, t.text); err != nil {
 		b.log().Warn("prompt failed", "err", err)
 		b.agentGone(err, false)
-		return
+		return nil
 	}
 	b.turnTimer.Reset(b.c.cfg.TurnTimeout)
+	return nil
 }
 
 // endTurn completes the current turn: pending permission requests are
@@ -203,6 +235,7 @@ func (b *box) agentGone(cause error, protocol bool) {
 	}
 	b.conn.Close()
 	b.setConn(nil)
+	b.releaseSlot()
 	code, msg := sandbox.ErrAgentExited, "the agent exited unexpectedly"
 	if protocol {
 		code, msg = sandbox.ErrProtocol, "the agent broke the protocol and was stopped"
@@ -222,9 +255,13 @@ func (b *box) cancel(turnID string) (sandbox.Turn, error) {
 	}
 	t := b.turn
 	if !t.running {
-		out := t.turn
-		out.Status = sandbox.TurnCanceled
-		b.emit(b.endTurn(translate.TurnResult{Canceled: true}))
+		// A refused write leaves the cancel standing: the turn's end
+		// waits in memory and lands, canceled, when the store is back.
+		// The request is answered unavailable all the same, so the
+		// client asks again and gets the settled turn.
+		if err := b.emit(b.endTurn(translate.TurnResult{Canceled: true})); err != nil {
+			return sandbox.Turn{}, err
+		}
 		return b.c.store.Turn(context.Background(), b.id, turnID)
 	}
 	if t.canceled {
@@ -243,9 +280,11 @@ func (b *box) cancel(turnID string) (sandbox.Turn, error) {
 		}
 		delete(b.approvals, id)
 	}
-	b.emit(evs)
 	b.apprTimer.Stop()
 	b.cancelTimer.Reset(cancelGrace)
+	if err := b.emit(evs); err != nil {
+		return sandbox.Turn{}, err // the cancel stands, as above
+	}
 	return t.turn, nil
 }
 
@@ -282,6 +321,7 @@ func (b *box) stopAgent() {
 	b.setConn(nil)
 	clear(b.approvals)
 	conn.Close()
+	b.releaseSlot()
 }
 
 func (b *box) decide(approvalID string, d Decision) (sandbox.Approval, error) {
@@ -332,8 +372,13 @@ func (b *box) decide(approvalID string, d Decision) (sandbox.Approval, error) {
 		return sandbox.Approval{}, err
 	}
 	delete(b.approvals, approvalID)
+	if err := b.emit(evs); err != nil {
+		// The agent is not told: the refusal stops the turn, and the stop
+		// answers its request cancelled. The log keeps the decision,
+		// which lands with the turn's end when the store is back.
+		return sandbox.Approval{}, err
+	}
 	b.respond(a.req, agentOutcome(out))
-	b.emit(evs)
 	b.armApprovals()
 	return b.c.store.Approval(context.Background(), b.id, approvalID)
 }
@@ -390,11 +435,16 @@ func (b *box) cancelAndStop() []*sandbox.Event {
 	return b.endTurn(translate.TurnResult{Canceled: true})
 }
 
-func (b *box) remove() {
+// remove deletes the sandbox. Nothing happens unless the store takes its
+// first write; once it has, the delete stands, and a refusal of the rest
+// waits like any write.
+func (b *box) remove() error {
+	if err := b.tryWrite(nil, b.statusMutate(sandbox.StatusStopping, "stopping the agent")); err != nil {
+		return err
+	}
 	b.deleted = true
-	b.setStatus(sandbox.StatusStopping, "stopping the agent")
 	evs := b.cancelAndStop()
-	b.setStatus(sandbox.StatusDeleted, "deleted by request", evs...)
+	return b.setStatus(sandbox.StatusDeleted, "deleted by request", evs...)
 }
 
 // shutdown runs when the coordinator closes: the running turn is completed
@@ -409,7 +459,11 @@ func (b *box) shutdown() {
 	}
 	if b.deleted {
 		b.emit(evs)
-		return
+	} else {
+		b.setStatus(sandbox.StatusStopped, "the server stopped; the agent starts again with the next turn", evs...)
 	}
-	b.setStatus(sandbox.StatusStopped, "the server stopped; the agent starts again with the next turn", evs...)
+	// One last try for what waits; the store may be back. What it still
+	// refuses is left to the next start's recovery.
+	b.retryWrites()
+	b.dropPending()
 }

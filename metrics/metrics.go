@@ -30,6 +30,10 @@ type Metrics struct {
 	Turns           *prometheus.CounterVec
 	Approvals       *prometheus.CounterVec
 	SandboxesActive prometheus.Gauge
+	StoreHealth     prometheus.Gauge
+	AppendFailures  prometheus.Counter
+	AppendRetries   prometheus.Counter
+	Waiting         prometheus.Gauge
 }
 
 // New returns the series registered on a fresh registry, with the Go runtime
@@ -70,7 +74,18 @@ func New() *Metrics {
 			Name: "sparkles_approvals_total", Help: "Resolved approvals by decision."}, []string{"decision"}),
 		SandboxesActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sparkles_agents_running", Help: "Agent processes running."}),
+		StoreHealth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sparkles_store_healthy", Help: "1 while the event store takes writes, 0 while it refuses them (disk full, unreachable)."}),
+		AppendFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sparkles_store_append_failures_total", Help: "Writes the event store refused, each failed retry included."}),
+		AppendRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sparkles_store_append_retries_total", Help: "Retries of appends that waited in memory for the event store."}),
+		Waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sparkles_events_waiting", Help: "Events held in memory until the event store takes them."}),
 	}
+	// A server starts with a store it has just opened; the first refusal
+	// says otherwise.
+	m.StoreHealth.Set(1)
 	f(m.Appends)
 	f(m.CommitBatch)
 	f(m.CommitTime)
@@ -85,6 +100,10 @@ func New() *Metrics {
 	f(m.Turns)
 	f(m.Approvals)
 	f(m.SandboxesActive)
+	f(m.StoreHealth)
+	f(m.AppendFailures)
+	f(m.AppendRetries)
+	f(m.Waiting)
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -142,3 +161,21 @@ func (m *Metrics) Retained(pruned, compacted int) {
 	m.Pruned.Add(float64(pruned))
 	m.Compacted.Add(float64(compacted))
 }
+
+// StoreHealthy sets the store's health gauge (coordinator's observer).
+func (m *Metrics) StoreHealthy(ok bool) {
+	v := 0.0
+	if ok {
+		v = 1
+	}
+	m.StoreHealth.Set(v)
+}
+
+// AppendFailed counts a write the store refused.
+func (m *Metrics) AppendFailed() { m.AppendFailures.Inc() }
+
+// AppendRetried counts a retry of a waiting append.
+func (m *Metrics) AppendRetried() { m.AppendRetries.Inc() }
+
+// EventsWaiting moves the gauge of events waiting for the store.
+func (m *Metrics) EventsWaiting(delta int) { m.Waiting.Add(float64(delta)) }

@@ -1,6 +1,7 @@
 package natsstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -25,7 +27,7 @@ const maxConflicts = 16
 // random time that grows with the attempts, so that two processes writing
 // one sandbox fall out of step instead of colliding again.
 func backoff(ctx context.Context, attempt int) {
-	d := time.Duration(rand.Int64N(int64(min(time.Millisecond<<attempt, 50*time.Millisecond))))
+	d := time.Duration(rand.Int64N(int64(min(time.Millisecond<<min(attempt, 8), 50*time.Millisecond))))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -122,6 +124,10 @@ func (c *changes) addMutated(st *sandbox.State) {
 // zero TS to the current time. The events must not be touched by another
 // goroutine until Append returns, when each has its ID.
 //
+// A process that holds the sandbox's log (see fence.go) appends only while
+// it does: an append it may no longer make fails with a *FencedError,
+// which matches coordinator.ErrFenced, and writes nothing.
+//
 // A context canceled before the first publish fails the append with
 // nothing written; after it, the append runs to the end (bounded by
 // Options.Timeout), because a caller who gave up must not leave events
@@ -153,16 +159,17 @@ func (s *Store) Append(ctx context.Context, id string, events []*sandbox.Event, 
 			return err
 		}
 		seqs, err := s.appendOnce(ctx, e, batch, mutate)
-		if errors.Is(err, errFenced) && attempt < maxConflicts {
+		if errors.Is(err, errMoved) && attempt < maxConflicts {
 			// Another process left events in the stream that no state
-			// accounts for: fold them in, then run this append again.
-			s.log.Warn("natsstore: events beyond the state; folding them in before appending", "sandbox_id", id)
+			// accounts for, or put up a fence: look again, and fold them
+			// in (or give up the log) before appending.
+			s.log.Warn("natsstore: the log moved under this append; reading it again", "sandbox_id", id)
 			s.invalidate(e)
 			backoff(ctx, attempt)
 			continue
 		}
 		if err != nil {
-			return err
+			return s.lost(err)
 		}
 		for i, p := range batch {
 			p.ev.ID = seqs[i]
@@ -174,17 +181,36 @@ func (s *Store) Append(ctx context.Context, id string, events []*sandbox.Event, 
 	}
 }
 
-// errFenced is a publish refused because the subject's last message was
-// not the one the state accounts for.
-var errFenced = errors.New("the log has events beyond the state")
+// errMoved is a publish refused because the last message of the log or
+// the fence subject was not the one the state accounts for.
+var errMoved = errors.New("the log moved under this append")
+
+// view is a state to write on, with the last messages of the sandbox's log
+// and fence subjects that were confirmed with it.
+type view struct {
+	stored
+	tip, fence uint64
+}
+
+// last is what the first event of an append expects as the last sequence
+// of the log and the fence subject together.
+func (v view) last() uint64 { return max(v.tip, v.fence) }
 
 func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, mutate func(*sandbox.State) error) ([]uint64, error) {
 	id := e.id
-	st, rev, tip, err := s.loadForWrite(ctx, e)
+	epoch, err := s.holdOf(id)
 	if err != nil {
 		return nil, err
 	}
-	work := st.Clone()
+	check := func(v view) error { return s.checkHold(id, epoch, v) }
+	v, err := s.loadForWrite(ctx, e, check)
+	if err != nil {
+		return nil, err
+	}
+	if err := check(v); err != nil {
+		return nil, err
+	}
+	work := v.st.Clone()
 	var ch changes
 	if mutate != nil {
 		if err := runMutate(s.log, mutate, work); err != nil {
@@ -201,11 +227,12 @@ func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, muta
 
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
-	seqs, err := s.publish(wctx, id, batch, tip)
+	seqs, err := s.publishSure(wctx, id, batch, v, epoch)
 	if err != nil {
 		s.invalidate(e)
 		return nil, err
 	}
+	tip := v.tip
 	if len(seqs) > 0 {
 		tip = seqs[len(seqs)-1]
 	}
@@ -215,11 +242,12 @@ func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, muta
 			SandboxID: id, TurnID: p.ev.TurnID, Data: p.folded,
 		}))
 	}
+	s.hooks.committing(id)
 	for attempt := 1; ; attempt++ {
-		newRev, err := s.commit(wctx, id, work, rev, ch)
+		newRev, err := s.commit(wctx, id, work, v.owner, v.rev, ch)
 		if err == nil {
-			s.observe(id, work.Sandbox, work, newRev)
-			s.setTip(e, newRev, tip)
+			s.observe(id, work.Sandbox, work, v.owner, newRev)
+			s.setTip(e, newRev, tip, v.fence)
 			return seqs, nil
 		}
 		if !isConflict(err) || attempt == maxConflicts {
@@ -227,13 +255,15 @@ func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, muta
 			return nil, fmt.Errorf("append to %s: %w", id, err)
 		}
 		// Another process changed the state (not the log) since it was
-		// read: fold again on top of what it wrote.
+		// read: fold again on top of what it wrote, unless that was a
+		// takeover.
 		s.log.Warn("natsstore: sandbox state changed by another process; folding again", "sandbox_id", id, "attempt", attempt)
 		backoff(wctx, attempt)
-		if work, rev, tip, ch, err = s.refold(wctx, e, mutate, seqs); err != nil {
+		if work, v, ch, err = s.refold(wctx, e, mutate, seqs, epoch); err != nil {
 			s.invalidate(e)
 			return nil, err
 		}
+		tip = max(tip, v.tip)
 	}
 }
 
@@ -251,166 +281,141 @@ func runMutate(log *slog.Logger, mutate func(*sandbox.State) error, st *sandbox.
 	return mutate(st)
 }
 
-// publish sends the events of one append without waiting between them and
-// then awaits every acknowledgement, so an append costs one round trip
-// however many events it carries. The first event expects tip as the
-// subject's last sequence: if another process published events that no
-// state accounts for, it is refused and the append fails with errFenced.
-// If any event is refused, those already stored are deleted again (no
-// state accounts for them yet, so no reader has seen them).
-func (s *Store) publish(ctx context.Context, id string, batch []prepared, tip uint64) ([]uint64, error) {
-	seqs := make([]uint64, len(batch))
-	if len(batch) == 0 {
-		return seqs, nil
-	}
-	subject := s.subject(id)
-	futures := make([]jetstream.PubAckFuture, 0, len(batch))
-	var errs []error
-	for i, p := range batch {
-		// No retries: a retried message could land after the ones behind it.
-		opts := []jetstream.PublishOpt{jetstream.WithExpectStream(s.streamName),
-			jetstream.WithRetryAttempts(0), jetstream.WithStallWait(s.timeout)}
-		if i == 0 {
-			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(tip))
-		}
-		f, err := s.js.PublishAsync(subject, p.body, opts...)
-		if err != nil {
-			errs = append(errs, err)
-			break
-		}
-		futures = append(futures, f)
-	}
-	fenced := false
-	for i, f := range futures {
-		select {
-		case ack := <-f.Ok():
-			seqs[i] = ack.Sequence
-		case err := <-f.Err():
-			fenced = fenced || i == 0 && isWrongLastSeq(err)
-			errs = append(errs, err)
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("no acknowledgement: %w", ctx.Err()))
-		}
-	}
-	for i := 1; i < len(seqs) && len(errs) == 0; i++ {
-		if seqs[i] <= seqs[i-1] {
-			errs = append(errs, fmt.Errorf("stored out of order: sequence %d after %d", seqs[i], seqs[i-1]))
-		}
-	}
-	if len(errs) == 0 {
-		return seqs, nil
-	}
-	err := fmt.Errorf("append to %s: publish: %w", id, errors.Join(errs...))
-	if fenced {
-		err = fmt.Errorf("append to %s: %w", id, errFenced)
-	}
-	if rerr := s.deleteSeqs(ctx, seqs); rerr != nil {
-		// They stay beyond the state; the next load folds them in.
-		s.log.Error("natsstore: cannot delete the events of a failed append", "sandbox_id", id, "err", rerr)
-	}
-	return nil, err
-}
-
-func isWrongLastSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
-
-func (s *Store) deleteSeqs(ctx context.Context, seqs []uint64) error {
-	var errs []error
-	for _, seq := range seqs {
-		if seq == 0 {
-			continue
-		}
-		if err := s.stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-			errs = append(errs, fmt.Errorf("delete %d: %w", seq, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// commit stores the turns and approvals a write changed, then the state,
-// checked against the revision it was read at. The resources go first: if
-// the process dies in between, the next load folds the same events again
-// and writes the same resources.
-func (s *Store) commit(ctx context.Context, id string, st *sandbox.State, rev uint64, ch changes) (uint64, error) {
+// commit stores the turns and approvals a write changed, then the state
+// with owner, each on the condition that the state key is still at the
+// revision rev it was read at: a process whose read is out of date (a
+// node that lost the sandbox while it was paused) changes nothing. The
+// resources go first: if the process dies in between, the next load folds
+// the same events again and writes the same resources.
+func (s *Store) commit(ctx context.Context, id string, st *sandbox.State, owner, rev uint64, ch changes) (uint64, error) {
 	for tid, t := range ch.turns {
-		if err := s.putJSON(ctx, turnKey(id, tid), t); err != nil {
+		if err := s.putIf(ctx, id, turnKey(id, tid), t, rev); err != nil {
 			return 0, err
 		}
 	}
 	for aid, a := range ch.approvals {
-		if err := s.putJSON(ctx, approvalKey(id, aid), a); err != nil {
+		if err := s.putIf(ctx, id, approvalKey(id, aid), a, rev); err != nil {
 			return 0, err
 		}
 	}
-	data, err := json.Marshal(st)
+	data, err := encodeState(st, owner)
 	if err != nil {
-		return 0, fmt.Errorf("encode state: %w", err)
+		return 0, err
 	}
-	return s.kv.Update(ctx, stateKey(id), data, rev)
+	return s.updateState(ctx, id, data, rev)
 }
 
-func (s *Store) putJSON(ctx context.Context, key string, v any) error {
+// errStateMoved is a key-value write refused because the state key was no
+// longer at the revision it expected.
+var errStateMoved = errors.New("the sandbox state changed since it was read")
+
+// putIf stores v under key if the state of sandbox id is at revision rev.
+// A write that got no answer is sent again: it is the same value either way.
+func (s *Store) putIf(ctx context.Context, id, key string, v any, rev uint64) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", key, err)
 	}
-	if _, err := s.kv.Put(ctx, key, data); err != nil {
-		return fmt.Errorf("put %s: %w", key, err)
+	for attempt := 1; ; attempt++ {
+		actx, cancel := s.attemptCtx(ctx)
+		_, err = s.js.PublishMsg(actx, &nats.Msg{Subject: s.kvPrefix + key, Data: data},
+			jetstream.WithExpectStream(s.kvStream), jetstream.WithRetryAttempts(0),
+			jetstream.WithExpectLastSequenceForSubject(rev, s.kvPrefix+stateKey(id)))
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case isWrongLastSeq(err):
+			return errStateMoved
+		case definite(err) || ctx.Err() != nil:
+			return fmt.Errorf("put %s: %w", key, err)
+		}
+		backoff(ctx, attempt)
 	}
-	return nil
 }
 
-// loadForWrite returns the state to write on, its revision and the
-// subject's last message. The cached state serves while it is the latest
-// this process knows of; otherwise it is read from the bucket and repaired:
-// events that an interrupted append left in the stream beyond the state are
-// folded in and stored before anything else is written. The caller holds
-// e.wmu.
-func (s *Store) loadForWrite(ctx context.Context, e *entry) (*sandbox.State, uint64, uint64, error) {
+// updateState stores the state record data of sandbox id if its key is at
+// revision rev, and returns the new revision. An update that got no answer
+// may have been stored: the key tells, and one still at rev is updated
+// again.
+func (s *Store) updateState(ctx context.Context, id string, data []byte, rev uint64) (uint64, error) {
+	for attempt := 1; ; attempt++ {
+		actx, cancel := s.attemptCtx(ctx)
+		newRev, err := s.kv.Update(actx, stateKey(id), data, rev)
+		cancel()
+		if err == nil || isConflict(err) || definite(err) || ctx.Err() != nil {
+			return newRev, err
+		}
+		backoff(ctx, attempt)
+		actx, cancel = s.attemptCtx(ctx)
+		kve, gerr := s.kv.Get(actx, stateKey(id))
+		cancel()
+		switch {
+		case gerr != nil:
+		case kve.Revision() == rev:
+		case bytes.Equal(kve.Value(), data):
+			return kve.Revision(), nil
+		default:
+			return 0, errStateMoved
+		}
+	}
+}
+
+// loadForWrite returns the state to write on, with the last messages of
+// its log and fence subject. The cached state serves while it is the
+// latest this process knows of; otherwise it is read from the bucket and
+// repaired: events that an interrupted append left in the stream beyond
+// the state are folded in and stored before anything else is written.
+// check, when not nil, may refuse the write (an append the state or the
+// fence refuse) before it repairs anything. The caller holds e.wmu.
+func (s *Store) loadForWrite(ctx context.Context, e *entry, check func(view) error) (view, error) {
 	s.mu.Lock()
-	gone, st, rev, tip, tipOK := e.gone, e.state, e.rev, e.tip, e.tipOK
+	gone, st, owner, rev, tip, fence, tipOK := e.gone, e.state, e.owner, e.rev, e.tip, e.fence, e.tipOK
 	s.mu.Unlock()
 	if gone {
-		return nil, 0, 0, notFound(e.id)
+		return view{}, notFound(e.id)
 	}
 	if st != nil && tipOK {
-		return st, rev, tip, nil
+		return view{stored{st: st, owner: owner, rev: rev}, tip, fence}, nil
 	}
 	for attempt := 1; ; attempt++ {
-		_, st, rev, err := s.fetch(ctx, e.id)
+		_, cur, err := s.fetch(ctx, e.id)
 		if err != nil {
-			return nil, 0, 0, err
+			return view{}, err
 		}
-		tip, err := s.lastSeq(ctx, s.subject(e.id), 0)
+		tip, fence, err := s.lastBoth(ctx, e.id)
 		if err != nil {
-			return nil, 0, 0, fmt.Errorf("sandbox %s: %w", e.id, err)
+			return view{}, err
 		}
-		if tip <= uint64(st.Sandbox.LastEventID) {
-			s.setTip(e, rev, tip)
-			return st, rev, tip, nil
+		v := view{cur, tip, fence}
+		if check != nil {
+			if err := check(v); err != nil {
+				return view{}, err
+			}
 		}
-		work := st.Clone()
+		if tip <= uint64(cur.st.Sandbox.LastEventID) {
+			s.setTip(e, cur.rev, tip, fence)
+			return v, nil
+		}
+		work := cur.st.Clone()
 		var ch changes
-		n, err := s.foldRange(ctx, e.id, work, uint64(st.Sandbox.LastEventID)+1, tip, nil, &ch)
+		n, err := s.foldRange(ctx, e.id, work, uint64(cur.st.Sandbox.LastEventID)+1, tip, nil, &ch)
 		if err != nil {
-			return nil, 0, 0, err
+			return view{}, err
 		}
-		newRev, err := s.commit(ctx, e.id, work, rev, ch)
+		newRev, err := s.commit(ctx, e.id, work, cur.owner, cur.rev, ch)
 		if isConflict(err) && attempt < maxConflicts {
 			backoff(ctx, attempt)
 			continue
 		}
 		if err != nil {
-			return nil, 0, 0, fmt.Errorf("sandbox %s: store repaired state: %w", e.id, err)
+			return view{}, fmt.Errorf("sandbox %s: store repaired state: %w", e.id, err)
 		}
 		s.log.Warn("natsstore: folded events that an interrupted append left beyond the state",
 			"sandbox_id", e.id, "events", n, "through", tip)
-		s.observe(e.id, work.Sandbox, work, newRev)
-		s.setTip(e, newRev, tip)
-		return work, newRev, tip, nil
+		s.observe(e.id, work.Sandbox, work, cur.owner, newRev)
+		s.setTip(e, newRev, tip, fence)
+		return view{stored{st: work, owner: cur.owner, rev: newRev}, tip, fence}, nil
 	}
 }
 
@@ -464,17 +469,25 @@ var errRolledBack = errors.New("rolled back")
 // state under it: from the state that process stored, it folds the stream
 // as it is, with the caller's mutate just before the append's own first
 // event (or at the end, if that process already folded them). A mutate that
-// fails now takes the append's events back out of the stream.
-func (s *Store) refold(ctx context.Context, e *entry, mutate func(*sandbox.State) error, seqs []uint64) (
-	work *sandbox.State, rev, tip uint64, ch changes, err error) {
-	_, st, rev, err := s.fetch(ctx, e.id)
+// fails now takes the append's events back out of the stream. If the
+// change was a takeover (a newer owner, a newer fence), the append is
+// refused: its events, published before the fence, are the new holder's
+// to fold.
+func (s *Store) refold(ctx context.Context, e *entry, mutate func(*sandbox.State) error, seqs []uint64, epoch uint64) (
+	work *sandbox.State, v view, ch changes, err error) {
+	_, cur, err := s.fetch(ctx, e.id)
 	if err != nil {
-		return nil, 0, 0, ch, err
+		return nil, view{}, ch, err
 	}
-	if tip, err = s.lastSeq(ctx, s.subject(e.id), 0); err != nil {
-		return nil, 0, 0, ch, err
+	tip, fence, err := s.lastBoth(ctx, e.id)
+	if err != nil {
+		return nil, view{}, ch, err
 	}
-	work = st.Clone()
+	v = view{cur, tip, fence}
+	if err := s.checkHold(e.id, epoch, v); err != nil {
+		return nil, view{}, ch, err
+	}
+	work = cur.st.Clone()
 	var first uint64
 	if len(seqs) > 0 {
 		first = seqs[0]
@@ -498,17 +511,17 @@ func (s *Store) refold(ctx context.Context, e *entry, mutate func(*sandbox.State
 	_, err = s.foldRange(ctx, e.id, work, uint64(work.Sandbox.LastEventID)+1, tip, before, &ch)
 	if errors.Is(err, errRolledBack) {
 		if derr := s.deleteSeqs(ctx, seqs); derr != nil {
-			return nil, 0, 0, ch, errors.Join(mutateErr, fmt.Errorf("append to %s: take back its events: %w", e.id, derr))
+			return nil, view{}, ch, errors.Join(mutateErr, fmt.Errorf("append to %s: take back its events: %w", e.id, derr))
 		}
-		return nil, 0, 0, ch, mutateErr
+		return nil, view{}, ch, mutateErr
 	}
 	if err != nil {
-		return nil, 0, 0, ch, err
+		return nil, view{}, ch, err
 	}
 	if !mutated {
 		if apply(); mutateErr != nil {
-			return nil, 0, 0, ch, mutateErr
+			return nil, view{}, ch, mutateErr
 		}
 	}
-	return work, rev, tip, ch, nil
+	return work, v, ch, nil
 }

@@ -3,6 +3,7 @@ package natsstore_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/natsstore"
 	"github.com/sparkles-dev/sparkles/natsstore/natstest"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -41,19 +43,43 @@ func BenchmarkAppend(b *testing.B) {
 		}
 		for _, writers := range []int{1, 16, 256} {
 			b.Run(fmt.Sprintf("%s/writers=%d", name, writers), func(b *testing.B) {
-				benchAppend(b, natstest.Config{SyncInterval: interval}, writers)
+				benchAppend(b, natstest.Config{SyncInterval: interval}, writers, 1, false)
 			})
 		}
 	}
 }
 
-func benchAppend(b *testing.B, cfg natstest.Config, writers int) {
+// BenchmarkAppendBatch measures appends of 8 events at a time (a run of a
+// streaming turn's updates) by 16 writers, each holding its sandbox's
+// lease as a coordinator node does (fenced) or not, on a server that syncs
+// every write.
+func BenchmarkAppendBatch(b *testing.B) {
+	for _, fenced := range []bool{false, true} {
+		b.Run(fmt.Sprintf("events=8/writers=16/fenced=%v", fenced), func(b *testing.B) {
+			benchAppend(b, natstest.Config{}, 16, 8, fenced)
+		})
+	}
+}
+
+func benchAppend(b *testing.B, cfg natstest.Config, writers, events int, fenced bool) {
 	ctx := context.Background()
 	url, _ := natstest.RunServerConfig(b, cfg)
 	s := mustOpenChecked(b, url)
+	var cl *natsstore.Cluster
+	if fenced {
+		var err error
+		if cl, err = s.JoinCluster(ctx, natsstore.ClusterOptions{Node: "bench", LeaseTTL: time.Minute,
+			Logger: slog.New(slog.DiscardHandler)}); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cl.Close() })
+	}
 	ids := make([]string, writers)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("c_%04d", i)
+		if cl != nil {
+			mustClaim(b, cl, ids[i])
+		}
 		mustCreate(b, s, ids[i])
 	}
 	var next atomic.Int64
@@ -62,8 +88,12 @@ func benchAppend(b *testing.B, cfg natstest.Config, writers int) {
 	b.ResetTimer()
 	for _, id := range ids {
 		wg.Go(func() {
-			for next.Add(1) <= int64(b.N) {
-				if err := s.Append(ctx, id, []*sandbox.Event{benchEvent()}, nil); err != nil {
+			for next.Add(int64(events)) <= int64(b.N) {
+				evs := make([]*sandbox.Event, events)
+				for i := range evs {
+					evs[i] = benchEvent()
+				}
+				if err := s.Append(ctx, id, evs, nil); err != nil {
 					errs <- err
 					return
 				}

@@ -53,7 +53,8 @@ type ClusterOptions struct {
 	// CallTimeout bounds a forwarded call that has no deadline of its own
 	// (default 30s).
 	CallTimeout time.Duration
-	// Replicas of the two buckets in a JetStream cluster (default 1).
+	// Replicas of the two buckets when JoinCluster creates them (default 1);
+	// a bucket that exists keeps its own.
 	Replicas int
 	Logger   *slog.Logger
 }
@@ -157,15 +158,15 @@ func (s *Store) JoinCluster(ctx context.Context, opts ClusterOptions) (*Cluster,
 	if err != nil {
 		return nil, err
 	}
-	leases, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	leases, err := s.openBucket(ctx, jetstream.KeyValueConfig{
 		Bucket:      opts.LeaseBucket,
 		Description: "Sparkles sandbox leases: the node that runs each sandbox's agent",
 		History:     1,
 		Storage:     jetstream.FileStorage,
 		Replicas:    opts.Replicas,
-	})
+	}, noTTL)
 	if err != nil {
-		return nil, fmt.Errorf("cannot create key-value bucket %s: %w", opts.LeaseBucket, err)
+		return nil, err
 	}
 	st, err := nodes.Status(ctx)
 	if err != nil {
@@ -192,6 +193,9 @@ func (s *Store) JoinCluster(ctx context.Context, opts ClusterOptions) (*Cluster,
 	if err := c.register(ctx); err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	s.cluster = c
+	s.mu.Unlock()
 	return c, nil
 }
 
@@ -199,28 +203,14 @@ func (s *Store) JoinCluster(ctx context.Context, opts ClusterOptions) (*Cluster,
 // does not exist. An existing bucket keeps its TTL: changing it under live
 // nodes that renew on the old one would expire them.
 func (s *Store) nodeBucket(ctx context.Context, opts ClusterOptions) (jetstream.KeyValue, error) {
-	kv, err := s.js.KeyValue(ctx, opts.NodeBucket)
-	if err == nil {
-		return kv, nil
-	}
-	if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("cannot open key-value bucket %s: %w", opts.NodeBucket, err)
-	}
-	kv, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+	return s.openBucket(ctx, jetstream.KeyValueConfig{
 		Bucket:      opts.NodeBucket,
 		Description: "Sparkles coordinator nodes; a key expires when its node stops renewing it",
 		History:     1,
 		TTL:         opts.LeaseTTL,
 		Storage:     jetstream.FileStorage,
 		Replicas:    opts.Replicas,
-	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		return s.js.KeyValue(ctx, opts.NodeBucket) // another node made it first
-	}
-	if err != nil {
-		return nil, fmt.Errorf("cannot create key-value bucket %s: %w", opts.NodeBucket, err)
-	}
-	return kv, nil
+	}, needTTL)
 }
 
 // DefaultNodeName is the host name and the process id, in the characters a
@@ -296,9 +286,10 @@ func (c *Cluster) register(ctx context.Context) error {
 		return fmt.Errorf("cluster: register node %s: %w", c.node, err)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.instance, c.rev, c.until = inst, rev, start.Add(c.ttl-c.margin)
 	clear(c.owned)
+	c.mu.Unlock()
+	c.s.loseHolds() // a new instance holds nothing yet
 	return nil
 }
 
@@ -340,13 +331,18 @@ func (c *Cluster) Renew(ctx context.Context) (time.Time, error) {
 	return c.until, nil
 }
 
-// lapse forgets the leases of instance inst.
+// lapse forgets the leases of instance inst, and the store its holds on
+// their logs, so that nothing more is written to them from here.
 func (c *Cluster) lapse(inst string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.instance == inst {
+	lapsed := c.instance == inst
+	if lapsed {
 		c.rev = 0
 		clear(c.owned)
+	}
+	c.mu.Unlock()
+	if lapsed {
+		c.s.loseHolds()
 	}
 }
 
@@ -379,7 +375,7 @@ func (c *Cluster) Claim(ctx context.Context, id string) (coordinator.Claim, erro
 	c.mu.Lock()
 	_, mine := c.owned[id]
 	c.mu.Unlock()
-	if mine {
+	if mine && c.s.holding(id) {
 		return coordinator.Claim{Owner: c.node}, nil
 	}
 	ctx, cancel := c.s.opCtx(ctx)
@@ -397,6 +393,11 @@ func (c *Cluster) Claim(ctx context.Context, id string) (coordinator.Claim, erro
 			var rec nodeRecord
 			if json.Unmarshal(kve.Value(), &rec) == nil {
 				if rec.Node == c.node && rec.Instance == inst {
+					// Held by this instance already; its fence may not be
+					// up yet (an earlier claim failed half-way).
+					if err := c.fence(ctx, inst, id); err != nil {
+						return coordinator.Claim{}, err
+					}
 					c.own(inst, id, kve.Revision())
 					return coordinator.Claim{Owner: c.node}, nil
 				}
@@ -411,6 +412,11 @@ func (c *Cluster) Claim(ctx context.Context, id string) (coordinator.Claim, erro
 			rev, err = c.leases.Update(ctx, id, []byte(mineNow), kve.Revision())
 		}
 		if err == nil {
+			// The lease is this node's; before it writes, the fence shuts
+			// out the writes of the one before it.
+			if err := c.fence(ctx, inst, id); err != nil {
+				return coordinator.Claim{}, err
+			}
 			c.own(inst, id, rev)
 			return coordinator.Claim{Owner: c.node, Taken: true}, nil
 		}
@@ -419,6 +425,18 @@ func (c *Cluster) Claim(ctx context.Context, id string) (coordinator.Claim, erro
 		}
 		backoff(ctx, attempt) // another node wrote the lease meanwhile: look again
 	}
+}
+
+// fence puts up this instance's fence on the log of sandbox id, unless it
+// holds one already.
+func (c *Cluster) fence(ctx context.Context, inst, id string) error {
+	if c.s.holding(id) {
+		return nil
+	}
+	if _, err := c.s.hold(ctx, id, c.leaseValue(inst)); err != nil {
+		return fmt.Errorf("cluster: fence the log of %s: %w", id, err)
+	}
+	return nil
 }
 
 func (c *Cluster) leaseValue(inst string) []byte {
@@ -471,6 +489,7 @@ func (c *Cluster) Release(ctx context.Context, id string) error {
 	rev, ok := c.owned[id]
 	delete(c.owned, id)
 	c.mu.Unlock()
+	c.s.loseHold(id, 0)
 	if !ok {
 		return nil
 	}
@@ -492,6 +511,7 @@ func (c *Cluster) Close() error {
 	c.serving, c.rev, c.closed = nil, 0, true
 	clear(c.owned)
 	c.mu.Unlock()
+	c.s.loseHolds()
 	if srv != nil {
 		srv.stop()
 	}

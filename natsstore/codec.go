@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -98,12 +99,41 @@ func decodeSandbox(b []byte) (sandbox.Sandbox, error) {
 	return st.Sandbox, nil
 }
 
-func decodeState(b []byte) (*sandbox.State, error) {
-	st := new(sandbox.State)
-	if err := json.Unmarshal(b, st); err != nil {
-		return nil, fmt.Errorf("decode state: %w", err)
+// record is what a state key holds: the state, the sandbox resource first
+// (decodeSandbox relies on it), and the epoch of the fence of the node
+// that holds the sandbox's log, which a takeover moves (see fence.go).
+type record struct {
+	*sandbox.State
+	Owner uint64 `json:"owner,omitempty"`
+}
+
+func decodeState(b []byte) (*sandbox.State, uint64, error) {
+	r := record{State: new(sandbox.State)}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, 0, fmt.Errorf("decode state: %w", err)
 	}
-	return st, nil
+	return r.State, r.Owner, nil
+}
+
+func encodeState(st *sandbox.State, owner uint64) ([]byte, error) {
+	b, err := json.Marshal(record{State: st, Owner: owner})
+	if err != nil {
+		return nil, fmt.Errorf("encode state: %w", err)
+	}
+	return b, nil
+}
+
+// fencePrefix is the subject space of the fences beside the logs under
+// prefix: the same tokens, the last one marked, so that bothPrefix (the
+// last token a wildcard) covers a sandbox's log and fence and nothing else
+// in the stream.
+func fencePrefix(prefix string) string { return prefix + "-fence" }
+
+func bothPrefix(prefix string) string {
+	if i := strings.LastIndexByte(prefix, '.'); i >= 0 {
+		return prefix[:i+1] + "*"
+	}
+	return "*"
 }
 
 // Direct get replies end a batch with a status message and no body.
@@ -225,6 +255,16 @@ func (s *Store) lastSeqs(ctx context.Context, subjects []string, upTo uint64) (m
 	}
 }
 
+// lastBoth returns the last sequences of the log and of the fence subject
+// of sandbox id (0 for none), in one round trip.
+func (s *Store) lastBoth(ctx context.Context, id string) (tip, fence uint64, err error) {
+	last, err := s.lastSeqs(ctx, []string{s.subject(id), s.fenceSubject(id)}, 0)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return last[s.subject(id)], last[s.fenceSubject(id)], nil
+}
+
 // purge removes the messages of subject with a sequence < before and
 // returns how many it removed, which the client library's Purge does not.
 // before 0 purges the whole subject.
@@ -259,7 +299,8 @@ func (s *Store) purge(ctx context.Context, stream, subject string, before uint64
 // isConflict reports whether a KV write lost a revision check: another
 // writer changed the key since it was read.
 func isConflict(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) ||
+		errors.Is(err, errStateMoved)
 }
 
 func notFound(id string) error {

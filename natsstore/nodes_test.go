@@ -46,14 +46,23 @@ type node struct {
 
 func startNode(t *testing.T, natsURL, name string) *node {
 	t.Helper()
+	return startNodeWith(t, natsURL, name, natsstore.Options{}, natsstore.ClusterOptions{LeaseTTL: nodeTTL})
+}
+
+// startNodeWith is startNode with the store's and the cluster's options
+// (their names and loggers are set here).
+func startNodeWith(t *testing.T, natsURL, name string, opts natsstore.Options, copts natsstore.ClusterOptions) *node {
+	t.Helper()
 	ctx := context.Background()
 	log := testLogger(t, name)
 	n := &node{t: t, name: name, dir: t.TempDir()}
 	var err error
-	if n.store, err = natsstore.Open(ctx, natsURL, natsstore.Options{Logger: log}); err != nil {
+	opts.Logger = log
+	if n.store, err = natsstore.Open(ctx, natsURL, opts); err != nil {
 		t.Fatal(err)
 	}
-	if n.cluster, err = n.store.JoinCluster(ctx, natsstore.ClusterOptions{Node: name, LeaseTTL: nodeTTL, Logger: log}); err != nil {
+	copts.Node, copts.Logger = name, log
+	if n.cluster, err = n.store.JoinCluster(ctx, copts); err != nil {
 		t.Fatal(err)
 	}
 	n.co, err = coordinator.New(coordinator.Config{
@@ -282,6 +291,13 @@ func TestTwoNodes(t *testing.T) {
 	seen = append(seen, until(t, frames, typeIs(sandbox.TypeTurnCompleted))...)
 
 	t.Run("SameLog", func(t *testing.T) {
+		// B may show the last events a moment before A's own append has
+		// returned and A's memory has them.
+		lastID, err := strconv.ParseUint(seen[len(seen)-1].id, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitHead(t, a.store, sb.ID, lastID)
 		var log page
 		a.mustDo("GET", "/v1/sandboxes/"+sb.ID+"/events?since=0&limit=1000", "", http.StatusOK, &log)
 		if got, want := len(seen), len(log.Data); got != want {

@@ -52,9 +52,14 @@ func (s *Store) Create(ctx context.Context, sb sandbox.Sandbox, config []byte) e
 	}
 	st := &sandbox.State{Sandbox: sb.Clone()}
 	st.Sandbox.LastEventID, st.Sandbox.OldestEventID, st.Sandbox.PrunedThrough = 0, 0, 0
-	data, err := json.Marshal(st)
+	// A node creates a sandbox holding its lease: the fence it put up
+	// then is the first owner.
+	s.mu.Lock()
+	owner := s.holds[id]
+	s.mu.Unlock()
+	data, err := encodeState(st, owner)
 	if err != nil {
-		return fmt.Errorf("create sandbox %s: encode state: %w", id, err)
+		return fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	rev, err := s.kv.Create(ctx, stateKey(id), data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
@@ -63,7 +68,7 @@ func (s *Store) Create(ctx context.Context, sb sandbox.Sandbox, config []byte) e
 	if err != nil {
 		return fmt.Errorf("create sandbox %s: store state: %w", id, err)
 	}
-	s.observe(id, st.Sandbox, st, rev)
+	s.observe(id, st.Sandbox, st, owner, rev)
 	return nil
 }
 
@@ -88,7 +93,7 @@ func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([
 	if after > uint64(marks.LastEventID) {
 		// The cursor may come from a process this one has not heard from
 		// yet; ask the bucket before calling it stale.
-		if e, _, _, err = s.fetch(ctx, id); err != nil {
+		if e, _, err = s.fetch(ctx, id); err != nil {
 			return nil, err
 		}
 		marks = s.marks(e)
@@ -194,9 +199,11 @@ func (s *Store) State(ctx context.Context, id string) (sandbox.State, error) {
 	st := e.state
 	s.mu.Unlock()
 	if st == nil {
-		if _, st, _, err = s.fetch(ctx, id); err != nil {
+		_, cur, err := s.fetch(ctx, id)
+		if err != nil {
 			return sandbox.State{}, err
 		}
+		st = cur.st
 	}
 	return *st.Clone(), nil
 }

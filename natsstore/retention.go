@@ -33,7 +33,7 @@ func (s *Store) Prune(ctx context.Context, id string, through uint64, batch int)
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
 	var high uint64
-	rev, tip, err := s.commitMarks(ctx, e, "prune", func(st *sandbox.State) (bool, error) {
+	rev, v, err := s.commitMarks(ctx, e, "prune", func(st *sandbox.State, _ *uint64) (bool, error) {
 		pruned := uint64(st.Sandbox.PrunedThrough)
 		upTo := min(through, uint64(st.Sandbox.LastEventID))
 		if upTo <= pruned {
@@ -58,32 +58,34 @@ func (s *Store) Prune(ctx context.Context, id string, through uint64, batch int)
 		s.invalidate(e)
 		return 0, fmt.Errorf("prune %s: %w", id, err)
 	}
+	tip := v.tip
 	if high >= tip {
 		tip = 0 // the subject is empty now
 	}
-	s.setTip(e, rev, tip)
+	s.setTip(e, rev, tip, v.fence)
 	return int(n), nil
 }
 
-// commitMarks moves the watermarks of a sandbox: change sees a copy of its
-// state and moves them, or reports that nothing is to change (rev 0). A
-// revision conflict loads the state again and asks again. The caller holds
-// e.wmu. It returns the new revision and the subject's tip as loaded.
-func (s *Store) commitMarks(ctx context.Context, e *entry, op string, change func(st *sandbox.State) (bool, error)) (rev, tip uint64, err error) {
+// commitMarks moves the watermarks (or the owner) of a sandbox: change sees
+// a copy of its state and its owner and moves them, or reports that
+// nothing is to change (rev 0). A revision conflict loads the state again
+// and asks again. The caller holds e.wmu. It returns the new revision and
+// the view it was made from.
+func (s *Store) commitMarks(ctx context.Context, e *entry, op string, change func(st *sandbox.State, owner *uint64) (bool, error)) (uint64, view, error) {
 	for attempt := 1; ; attempt++ {
-		st, rev, tip, err := s.loadForWrite(ctx, e)
+		v, err := s.loadForWrite(ctx, e, nil)
 		if err != nil {
-			return 0, 0, err
+			return 0, view{}, err
 		}
-		work := st.Clone()
-		ok, err := change(work)
+		work, owner := v.st.Clone(), v.owner
+		ok, err := change(work, &owner)
 		if err != nil {
-			return 0, 0, fmt.Errorf("%s %s: %w", op, e.id, err)
+			return 0, view{}, fmt.Errorf("%s %s: %w", op, e.id, err)
 		}
 		if !ok {
-			return 0, 0, nil
+			return 0, view{}, nil
 		}
-		newRev, err := s.commit(ctx, e.id, work, rev, changes{})
+		newRev, err := s.commit(ctx, e.id, work, owner, v.rev, changes{})
 		if isConflict(err) && attempt < maxConflicts {
 			s.invalidate(e)
 			backoff(ctx, attempt)
@@ -91,10 +93,11 @@ func (s *Store) commitMarks(ctx context.Context, e *entry, op string, change fun
 		}
 		if err != nil {
 			s.invalidate(e)
-			return 0, 0, fmt.Errorf("%s %s: %w", op, e.id, err)
+			return 0, view{}, fmt.Errorf("%s %s: %w", op, e.id, err)
 		}
-		s.observe(e.id, work.Sandbox, work, newRev)
-		return newRev, tip, nil
+		s.observe(e.id, work.Sandbox, work, owner, newRev)
+		s.setTip(e, newRev, v.tip, v.fence)
+		return newRev, v, nil
 	}
 }
 
@@ -147,11 +150,14 @@ func (s *Store) Compact(ctx context.Context, id string, ids []uint64) (removed i
 		if msg.Subject != subject {
 			continue
 		}
-		if err := s.stream.DeleteMsg(ctx, seq); err != nil {
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				continue
-			}
+		// Another node's retention pass may compact the same events at the
+		// same moment: one that it removed first is removed all the same.
+		ok, err := s.deleteMsg(ctx, seq)
+		if err != nil {
 			return removed, fmt.Errorf("compact %s: delete %d: %w", id, seq, err)
+		}
+		if !ok {
+			continue
 		}
 		removed++
 		first = first || seq == uint64(marks.OldestEventID)
@@ -167,7 +173,7 @@ func (s *Store) Compact(ctx context.Context, id string, ids []uint64) (removed i
 	// The first retained event went: oldest_event_id moves to the next.
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
-	_, _, err = s.commitMarks(ctx, e, "compact", func(st *sandbox.State) (bool, error) {
+	_, _, err = s.commitMarks(ctx, e, "compact", func(st *sandbox.State, _ *uint64) (bool, error) {
 		oldest, err := s.firstAfter(ctx, id, uint64(st.Sandbox.PrunedThrough), uint64(st.Sandbox.LastEventID))
 		if err != nil || oldest == uint64(st.Sandbox.OldestEventID) {
 			return false, err
@@ -200,8 +206,10 @@ func (s *Store) Drop(ctx context.Context, id string) error {
 	defer e.wmu.Unlock()
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	if _, err := s.purge(ctx, s.streamName, s.subject(id), 0); err != nil {
-		return fmt.Errorf("drop %s: %w", id, err)
+	for _, subject := range []string{s.subject(id), s.fenceSubject(id)} {
+		if _, err := s.purge(ctx, s.streamName, subject, 0); err != nil {
+			return fmt.Errorf("drop %s: %w", id, err)
+		}
 	}
 	for _, prefix := range []string{"turn.", "appr."} {
 		if _, err := s.purge(ctx, s.kvStream, s.kvPrefix+prefix+id+".>", 0); err != nil {
@@ -218,6 +226,9 @@ func (s *Store) Drop(ctx context.Context, id string) error {
 		return fmt.Errorf("drop %s: state: %w", id, err)
 	}
 	s.forget(id, rev)
+	s.mu.Lock()
+	delete(s.holds, id)
+	s.mu.Unlock()
 	return nil
 }
 
@@ -296,7 +307,7 @@ func (s *Store) Check() error {
 			errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
 			continue
 		}
-		st, err := decodeState(kve.Value())
+		st, _, err := decodeState(kve.Value())
 		if err != nil {
 			errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
 			continue

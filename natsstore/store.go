@@ -43,7 +43,9 @@ type Options struct {
 	// than this on its own, without moving any watermark. Set it well above
 	// the retention loop's age, which is what prunes (default 0: none).
 	MaxAge time.Duration
-	// Replicas of the stream and the bucket in a JetStream cluster (default 1).
+	// Replicas of the stream and the bucket when Open creates them (default
+	// 1). A stream or bucket that exists keeps its own: an operator may
+	// have made it with 3 and Sparkles must not shrink it.
 	Replicas int
 	// Timeout bounds each request to the server, and an append from its
 	// first publish to its state update, which runs to the end even if the
@@ -77,11 +79,16 @@ type Store struct {
 	streamName    string
 	kvStream      string // the stream behind the bucket
 	kvPrefix      string // the subject prefix of the bucket's keys
-	subjectPrefix string
+	subjectPrefix string // of the logs: <subjectPrefix>.<id>
+	fencePrefix   string // of the fences: <fencePrefix>.<id>
+	bothPrefix    string // a wildcard over both: <bothPrefix>.<id>
 	log           *slog.Logger
 	now           func() time.Time
 	timeout       time.Duration
 	observer      Observer
+	// publish puts the events of one append on the wire: pipelined on a
+	// single server, as atomic batches on a replicated stream (publish.go).
+	publish func(ctx context.Context, id string, batch []prepared, last, fence uint64) ([]uint64, error)
 
 	cancel  context.CancelFunc
 	watcher jetstream.KeyWatcher
@@ -94,6 +101,46 @@ type Store struct {
 	sandboxes map[string]*entry
 	ids       []string          // the ids of sandboxes, sorted
 	dropped   map[string]uint64 // dropped id -> the last state revision seen
+	// holds are this process's holds on the logs it may write, by sandbox
+	// id: the epoch of the fence it published, or 0 once the hold is lost
+	// (see fence.go). A sandbox with no entry is written unfenced.
+	holds   map[string]uint64
+	cluster *Cluster // the cluster this store joined, if any
+
+	hooks *testHooks // nil but in tests
+}
+
+// testHooks are points of the write path where a test makes something
+// happen in between (export_test.go sets them). The methods are safe on a
+// nil *testHooks, which is what every store outside tests has.
+type testHooks struct {
+	// afterSend runs after event i of an append went out, before the next.
+	afterSend func(id string, i int)
+	// beforeCommit runs once an append's events are stored (or at once if
+	// it has none), before its state is.
+	beforeCommit func(id string)
+	// publish wraps each attempt to publish an append's events: it may
+	// make it or not, and say what the writer learns of it.
+	publish func(do func() ([]uint64, error)) ([]uint64, error)
+}
+
+func (h *testHooks) sent(id string, i int) {
+	if h != nil && h.afterSend != nil {
+		h.afterSend(id, i)
+	}
+}
+
+func (h *testHooks) publishing(do func() ([]uint64, error)) ([]uint64, error) {
+	if h != nil && h.publish != nil {
+		return h.publish(do)
+	}
+	return do()
+}
+
+func (h *testHooks) committing(id string) {
+	if h != nil && h.beforeCommit != nil {
+		h.beforeCommit(id)
+	}
 }
 
 // entry is what this process knows of one sandbox. wmu serializes this
@@ -110,11 +157,17 @@ type entry struct {
 	wait  chan struct{}   // made on demand, closed by the next change
 	gone  bool            // dropped
 
-	// tip is the last message of the sandbox's subject, as this process
-	// last confirmed it for the state at rev (tipOK). An append expects it
-	// as the subject's last sequence, which is how it finds events that
-	// another process published and never folded.
+	// owner is the epoch of the fence that the state at rev records as
+	// the log's holder (0: none recorded); known with state.
+	owner uint64
+
+	// tip and fence are the last messages of the sandbox's log and fence
+	// subjects, as this process last confirmed them for the state at rev
+	// (tipOK). An append expects the later of the two as the last sequence
+	// of both subjects, which is how it finds events that another process
+	// published and never folded, and a fence another node put up.
 	tip   uint64
+	fence uint64
 	tipOK bool
 }
 
@@ -125,10 +178,12 @@ func (e *entry) wake() {
 	}
 }
 
-// Open connects to the NATS server at url, creates the stream and the
-// bucket if they do not exist (or updates their settings), learns every
-// sandbox from the bucket, and folds into its state any events that a
-// process which crashed mid-append left beyond it.
+// Open connects to the NATS server at url, checks that it is recent enough
+// and has JetStream, creates the stream and the bucket if they do not exist
+// (an existing one keeps its settings; what Sparkles cannot work with is
+// an error, see setup.go), learns every sandbox from the bucket, and folds
+// into its state any events that a process which crashed mid-append left
+// beyond it.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.StreamName == "" {
 		opts.StreamName = DefaultStreamName
@@ -181,12 +236,15 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		kvStream:      "KV_" + opts.KVBucket,
 		kvPrefix:      "$KV." + opts.KVBucket + ".",
 		subjectPrefix: opts.SubjectPrefix,
+		fencePrefix:   fencePrefix(opts.SubjectPrefix),
+		bothPrefix:    bothPrefix(opts.SubjectPrefix),
 		log:           opts.Logger,
 		now:           opts.Now,
 		timeout:       opts.Timeout,
 		observer:      opts.Observer,
 		sandboxes:     make(map[string]*entry),
 		dropped:       make(map[string]uint64),
+		holds:         make(map[string]uint64),
 	}
 	if err := s.init(ctx, opts); err != nil {
 		s.shutdown()
@@ -196,40 +254,47 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 }
 
 func (s *Store) init(ctx context.Context, opts Options) error {
+	if err := checkServer(s.nc); err != nil {
+		return err
+	}
 	js, err := jetstream.New(s.nc, jetstream.WithDefaultTimeout(s.timeout))
 	if err != nil {
 		return err
 	}
 	s.js = js
-	s.stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        opts.StreamName,
-		Description: "Sparkles sandbox event logs, one subject per sandbox",
-		Subjects:    []string{opts.SubjectPrefix + ".*"},
-		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardOld,
-		MaxAge:      opts.MaxAge,
-		Replicas:    opts.Replicas,
-		// Reads are batched direct gets: no consumer per reader.
-		AllowDirect: true,
-	})
-	if err != nil {
-		return fmt.Errorf("cannot create stream %s: %w", opts.StreamName, err)
+	if err := s.checkJetStream(ctx); err != nil {
+		return err
 	}
-	s.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	if err := s.openStream(ctx, opts); err != nil {
+		return err
+	}
+	if s.kv, err = s.openBucket(ctx, jetstream.KeyValueConfig{
 		Bucket:      opts.KVBucket,
 		Description: "Sparkles sandbox states, configs, turns and approvals",
 		History:     1,
 		Storage:     jetstream.FileStorage,
 		Replicas:    opts.Replicas,
-	})
-	if err != nil {
-		return fmt.Errorf("cannot create key-value bucket %s: %w", opts.KVBucket, err)
+	}, noTTL); err != nil {
+		return err
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.watcher, err = s.kv.WatchFiltered(wctx, []string{"state.*"})
+	// A bucket just made with replicas may not have elected its leader
+	// yet: its watch is asked again, within the request timeout, before
+	// the store gives up on it.
+	deadline := time.Now().Add(s.timeout)
+	for {
+		s.watcher, err = s.kv.WatchFiltered(wctx, []string{"state.*"})
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-time.After(100 * time.Millisecond): // backoff between asks, not a wait for a condition
+		case <-ctx.Done():
+		}
+	}
 	if err != nil {
+		cancel()
 		return fmt.Errorf("cannot watch bucket %s: %w", opts.KVBucket, err)
 	}
 	// The initial values end with a nil entry; only then is every sandbox
@@ -289,7 +354,7 @@ func (s *Store) applyWatch(kve jetstream.KeyValueEntry) {
 		s.log.Error("natsstore: undecodable sandbox state", "sandbox_id", id, "revision", kve.Revision(), "err", err)
 		return
 	}
-	s.observe(id, sb, nil, kve.Revision())
+	s.observe(id, sb, nil, 0, kve.Revision())
 }
 
 func cutKey(key, prefix string) (string, bool) {
@@ -301,9 +366,10 @@ func cutKey(key, prefix string) (string, bool) {
 
 // observe records a state revision of sandbox id, from the watch, a load or
 // this process's own write, and wakes its waiters when it is news. st, when
-// not nil, is the whole state of that revision. It returns the entry, or nil
-// if the sandbox has been dropped since that revision.
-func (s *Store) observe(id string, sb sandbox.Sandbox, st *sandbox.State, rev uint64) *entry {
+// not nil, is the whole state of that revision and owner the holder it
+// records. It returns the entry, or nil if the sandbox has been dropped
+// since that revision.
+func (s *Store) observe(id string, sb sandbox.Sandbox, st *sandbox.State, owner, rev uint64) *entry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if rev <= s.dropped[id] {
@@ -319,10 +385,10 @@ func (s *Store) observe(id string, sb sandbox.Sandbox, st *sandbox.State, rev ui
 	}
 	switch {
 	case rev > e.rev:
-		e.sb, e.rev, e.state, e.tipOK = sb, rev, st, false
+		e.sb, e.rev, e.state, e.owner, e.tipOK = sb, rev, st, owner, false
 		e.wake()
 	case rev == e.rev && e.state == nil:
-		e.state = st
+		e.state, e.owner = st, owner
 	}
 	return e
 }
@@ -350,12 +416,13 @@ func (s *Store) forget(id string, rev uint64) {
 	}
 }
 
-// setTip records the subject's last message as confirmed for revision rev.
-func (s *Store) setTip(e *entry, rev, tip uint64) {
+// setTip records the last messages of the log and fence subjects as
+// confirmed for revision rev.
+func (s *Store) setTip(e *entry, rev, tip, fence uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e.rev == rev {
-		e.tip, e.tipOK = tip, true
+		e.tip, e.fence, e.tipOK = tip, fence, true
 	}
 }
 
@@ -380,12 +447,19 @@ func (s *Store) lookup(ctx context.Context, id string) (*entry, error) {
 	if e != nil {
 		return e, nil
 	}
-	e, _, _, err := s.fetch(ctx, id)
+	e, _, err := s.fetch(ctx, id)
 	return e, err
 }
 
+// stored is one revision of a sandbox's state record.
+type stored struct {
+	st    *sandbox.State
+	owner uint64 // the epoch of the log's holder it records
+	rev   uint64
+}
+
 // fetch reads the state of sandbox id from the bucket and records it.
-func (s *Store) fetch(ctx context.Context, id string) (*entry, *sandbox.State, uint64, error) {
+func (s *Store) fetch(ctx context.Context, id string) (*entry, stored, error) {
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
 	kve, err := s.kv.Get(ctx, stateKey(id))
@@ -400,20 +474,20 @@ func (s *Store) fetch(ctx context.Context, id string) (*entry, *sandbox.State, u
 		if e != nil {
 			s.forget(id, rev) // dropped by another process, ahead of the watch
 		}
-		return nil, nil, 0, notFound(id)
+		return nil, stored{}, notFound(id)
 	}
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("sandbox %s: read state: %w", id, err)
+		return nil, stored{}, fmt.Errorf("sandbox %s: read state: %w", id, err)
 	}
-	st, err := decodeState(kve.Value())
+	st, owner, err := decodeState(kve.Value())
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("sandbox %s: %w", id, err)
+		return nil, stored{}, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	e := s.observe(id, st.Sandbox, st, kve.Revision())
+	e := s.observe(id, st.Sandbox, st, owner, kve.Revision())
 	if e == nil {
-		return nil, nil, 0, notFound(id)
+		return nil, stored{}, notFound(id)
 	}
-	return e, st, kve.Revision(), nil
+	return e, stored{st: st, owner: owner, rev: kve.Revision()}, nil
 }
 
 // opCtx bounds a request to the server when the caller's context does not.
@@ -425,6 +499,14 @@ func (s *Store) opCtx(ctx context.Context) (context.Context, context.CancelFunc)
 }
 
 func (s *Store) subject(id string) string { return s.subjectPrefix + "." + id }
+
+// fenceSubject is where the nodes that take sandbox id's log over put up
+// their fences (see fence.go).
+func (s *Store) fenceSubject(id string) string { return s.fencePrefix + "." + id }
+
+// bothSubjects matches the log and the fence subject of sandbox id and no
+// other subject of the stream: its last sequence is the later of theirs.
+func (s *Store) bothSubjects(id string) string { return s.bothPrefix + "." + id }
 
 // enter admits a call unless the store is closed; leave ends it. Close
 // waits for the calls in progress.
@@ -510,6 +592,6 @@ func (s *Store) repairOne(ctx context.Context, id string) error {
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
 	s.invalidate(e)
-	_, _, _, err = s.loadForWrite(ctx, e)
+	_, err = s.loadForWrite(ctx, e, nil)
 	return err
 }

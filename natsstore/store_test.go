@@ -409,7 +409,7 @@ func TestOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := stream.CachedInfo().Config
-		if cfg.MaxAge != 30*24*time.Hour || !slices.Equal(cfg.Subjects, []string{"other.events.*"}) || cfg.Storage != jetstream.FileStorage {
+		if cfg.MaxAge != 30*24*time.Hour || !slices.Equal(cfg.Subjects, []string{"other.events.*", "other.events-fence.*"}) || cfg.Storage != jetstream.FileStorage {
 			t.Fatalf("stream config %+v", cfg)
 		}
 	})

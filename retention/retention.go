@@ -287,13 +287,15 @@ func (l *Loop) sandbox(ctx context.Context, sb sandbox.Sandbox, now time.Time) (
 	}
 	compacted, err := l.compact(ctx, sb, t)
 	res.Compacted += compacted
-	if err != nil {
+	if err != nil || t.stale {
+		// Pruning by count on a count that is off could remove events the
+		// limit keeps: count afresh next pass.
 		delete(l.tracks, sb.ID)
 		return res, err
 	}
 	pruned, err := l.prune(ctx, sb, t, cutoff)
 	res.Pruned += pruned
-	if err != nil {
+	if err != nil || t.stale {
 		delete(l.tracks, sb.ID)
 		return res, err
 	}

@@ -23,6 +23,10 @@ type track struct {
 	counted   uint64 // records with id <= counted are in count
 	count     int    // retained records
 	compacted uint64 // every finished turn up to this id is compacted
+	// stale is set when a write removed fewer events than the loop asked
+	// for (another node's pass removed them first): count no longer says
+	// what is retained, and the sandbox is counted afresh next pass.
+	stale bool
 }
 
 // openTurn collects the message.updated events of a turn seen in the log
@@ -107,6 +111,7 @@ func (l *Loop) compact(ctx context.Context, sb sandbox.Sandbox, t *track) (int, 
 		r, err := l.paced(ctx, i, func() (int, error) { return l.cfg.Store.Compact(ctx, sb.ID, victims[:n]) })
 		removed += r
 		t.count -= r
+		t.stale = t.stale || r < n
 		if err != nil {
 			return removed, err
 		}
@@ -122,9 +127,10 @@ func (l *Loop) compact(ctx context.Context, sb sandbox.Sandbox, t *track) (int, 
 func (l *Loop) prune(ctx context.Context, sb sandbox.Sandbox, t *track, cutoff time.Time) (int, error) {
 	excess := t.count - l.cfg.MaxEvents
 	var (
-		bounds []uint64 // the last id of every Batch records to remove
-		seen   int
-		limit  = scanPages * l.cfg.Batch
+		bounds  []uint64 // the last id of every Batch records to remove
+		seen    int
+		covered int // records up to the last bound
+		limit   = scanPages * l.cfg.Batch
 	)
 	if excess <= 0 {
 		limit = 1 // usually the oldest event is young and one record says so
@@ -148,6 +154,7 @@ func (l *Loop) prune(ctx context.Context, sb sandbox.Sandbox, t *track, cutoff t
 		} else {
 			bounds[len(bounds)-1] = rec.ID
 		}
+		covered++
 		return rec.ID < t.counted, nil
 	})
 	if err != nil {
@@ -163,6 +170,7 @@ func (l *Loop) prune(ctx context.Context, sb sandbox.Sandbox, t *track, cutoff t
 		}
 		t.pruned = through
 	}
+	t.stale = t.stale || removed < covered
 	if removed > 0 {
 		l.log.Debug("pruned", "sandbox_id", sb.ID, "through", t.pruned, "removed", removed)
 	}

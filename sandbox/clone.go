@@ -11,13 +11,15 @@ import (
 
 // Clone returns a deep copy of the state.
 func (s *State) Clone() *State {
-	c := &State{
-		Sandbox:   s.Sandbox.Clone(),
-		Turn:      s.Turn.Clone(),
-		Messages:  slices.Clone(s.Messages),
-		Tools:     slices.Clone(s.Tools),
-		Approvals: slices.Clone(s.Approvals),
-	}
+	// A copy of the whole struct first, so that a field added later is
+	// carried even where nobody thought of it here.
+	c := new(State)
+	*c = *s
+	c.Sandbox = s.Sandbox.Clone()
+	c.Turn = s.Turn.Clone()
+	c.Messages = slices.Clone(s.Messages)
+	c.Tools = slices.Clone(s.Tools)
+	c.Approvals = slices.Clone(s.Approvals)
 	for i := range c.Tools {
 		c.Tools[i].Locations = CloneLocations(c.Tools[i].Locations)
 	}

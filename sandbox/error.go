@@ -20,7 +20,9 @@ const (
 	EPayloadTooLarge      = "payload_too_large"
 	EUnsupportedMediaType = "unsupported_media_type"
 	EInternal             = "internal"
-	EUnavailable          = "unavailable"
+	// EUnavailable: the store cannot take writes (disk full, store
+	// unreachable). Reads keep working; a write is worth trying again later.
+	EUnavailable = "unavailable"
 )
 
 // ErrAgent is the sandbox.error (and turn.completed error) code of a prompt

@@ -120,7 +120,10 @@ const (
 	ErrProtocol             = "protocol_error"
 	ErrTurnTimeout          = "turn_timeout"
 	ErrCoordinatorRestarted = "coordinator_restarted"
-	ErrInternal             = "internal"
+	// ErrSessionLost: the agent could not load its earlier session, so a
+	// new one was opened and the agent does not remember earlier turns.
+	ErrSessionLost = "session_lost"
+	ErrInternal    = "internal"
 )
 
 // SandboxStatus is the data of a transient sandbox.status frame.

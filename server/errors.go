@@ -81,6 +81,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if se.Type == sandbox.EUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sparkles"`)
 	}
+	if se.Type == sandbox.EUnavailable {
+		// The store comes back on its own; the coordinator retries its
+		// writes meanwhile, so a client may try again shortly.
+		w.Header().Set("Retry-After", "1")
+	}
 	writeJSON(w, statusOf(se.Type), errorEnvelope{body})
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -24,6 +25,16 @@ const (
 type createdSandbox struct {
 	sandbox.Sandbox
 	StreamToken string `json:"stream_token"`
+}
+
+// MarshalJSON writes the sandbox and then the token: the embedded Sandbox's
+// own MarshalJSON would otherwise be the whole answer.
+func (c createdSandbox) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(c.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	return sandbox.AppendObjectField(b, "stream_token", c.StreamToken)
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {

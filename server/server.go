@@ -35,6 +35,7 @@ type Backend interface {
 	Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error)
 	Head(id string) (coordinator.Head, error)
 	Wait(id string) <-chan struct{}
+	Agents(ctx context.Context) ([]coordinator.AgentInfo, error)
 }
 
 var _ Backend = (*coordinator.Coordinator)(nil)
@@ -180,6 +181,8 @@ func (s *Server) newRouter() *httprouter.Router {
 		{http.MethodPost, "/v1/sandboxes/:id/approvals/:approval_id", accessFull, s.decide},
 		{http.MethodGet, "/v1/sandboxes/:id/events", accessRead, s.eventsPage},
 		{http.MethodGet, "/v1/sandboxes/:id/events/stream", accessRead, s.stream},
+		{http.MethodGet, "/v1/agents", accessFull, s.listAgents},
+		{http.MethodGet, "/v1/openapi.json", accessFull, s.openAPI},
 	}
 	if s.cfg.Metrics != nil {
 		s.routes = append(s.routes, route{http.MethodGet, "/metrics", accessFull, s.metrics})

@@ -24,6 +24,7 @@ import (
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/client"
 	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/registry"
 	"github.com/sparkles-dev/sparkles/server"
 )
 
@@ -61,7 +62,7 @@ type config struct {
 	token        string
 	dataDir      string
 	addr         string
-	agents       map[string][]string
+	agents       registry.Registry
 	builtins     map[string]coordinator.BuiltinAgent
 	defaultAgent string
 	keepalive    time.Duration
@@ -88,7 +89,17 @@ func WithAddr(addr string) Option { return func(c *config) { c.addr = addr } }
 // WithAgent registers an ACP agent that runs as the process command. The
 // demo agent stays available as "demo".
 func WithAgent(name string, command ...string) Option {
-	return func(c *config) { c.agents[name] = command }
+	return func(c *config) {
+		if len(command) > 0 {
+			c.agents[name] = registry.Agent{Command: command[0], Args: command[1:]}
+		}
+	}
+}
+
+// WithRegisteredAgent registers an agent as an entry of the agents file
+// has it: command, arguments and the environment its processes get.
+func WithRegisteredAgent(name string, a registry.Agent) Option {
+	return func(c *config) { c.agents[name] = a }
 }
 
 // WithBuiltinAgent registers an ACP agent that runs in-process: run reads
@@ -123,7 +134,7 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	cfg := config{
 		token:        DefaultToken,
 		addr:         "127.0.0.1:0",
-		agents:       map[string][]string{},
+		agents:       registry.Registry{},
 		builtins:     map[string]coordinator.BuiltinAgent{"demo": agent.RunDemo},
 		defaultAgent: "demo",
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -201,6 +202,45 @@ func testStateFold(t *testing.T, open Opener) {
 
 func testMutate(t *testing.T, open Opener) {
 	ctx := context.Background()
+	t.Run("AgentSessionKept", func(t *testing.T) {
+		// The coordinator writes the agent's session once, with a mutate;
+		// every later append, with or without one, and a reopen must keep
+		// it, and no snapshot may show it.
+		s, reopen := open(t)
+		mustCreate(t, s, "c_1")
+		err := s.Append(ctx, "c_1", nil, func(st *sandbox.State) error {
+			st.AgentSession = "agent-session-7"
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustAppend(t, s, "c_1", textEvents(3)...)
+		err = s.Append(ctx, "c_1", textEvents(1), func(st *sandbox.State) error {
+			st.Sandbox.StatusDetail = "still here"
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := func(s Store, when string) {
+			t.Helper()
+			st, err := s.State(ctx, "c_1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := st.AgentSession; got != "agent-session-7" {
+				t.Fatalf("%s: agent session %q, want agent-session-7", when, got)
+			}
+			if snap := mustJSON(t, st.Snapshot()); strings.Contains(snap, "agent-session-7") {
+				t.Fatalf("%s: the snapshot shows the agent's session: %s", when, snap)
+			}
+		}
+		want(s, "after appends")
+		if reopen != nil {
+			want(reopen(), "after reopen")
+		}
+	})
 	t.Run("OK", func(t *testing.T) {
 		s := openStore(t, open)
 		mustCreate(t, s, "c_1")

@@ -294,7 +294,7 @@ func (t *Translator) EndTurn(r TurnResult) []*sandbox.Event {
 func (t *Translator) Error(code, message string) []*sandbox.Event {
 	switch code {
 	case sandbox.ErrAgentStartFailed, sandbox.ErrAgentExited, sandbox.ErrProtocol,
-		sandbox.ErrTurnTimeout, sandbox.ErrCoordinatorRestarted, sandbox.ErrInternal:
+		sandbox.ErrTurnTimeout, sandbox.ErrCoordinatorRestarted, sandbox.ErrSessionLost, sandbox.ErrInternal:
 	default:
 		code = sandbox.ErrInternal
 	}

@@ -1,6 +1,18 @@
 // api.js is the page's client of the Sparkles HTTP API: every call carries
-// the bearer token, and every error answer becomes an APIError.
+// the bearer token, every error answer becomes an APIError, and a server
+// that cannot be reached a NetworkError (fetch's own TypeError says only
+// "Failed to fetch").
 import { APIError } from "./sparkles-events.js";
+
+// NetworkError is a call that got no answer: the server is down or
+// restarting, or the network between is gone.
+export class NetworkError extends Error {
+  constructor(cause) {
+    super("The server cannot be reached; the page reconnects by itself when it is back.", { cause });
+    this.name = "NetworkError";
+    this.type = "network";
+  }
+}
 
 export class API {
   #token;
@@ -17,7 +29,12 @@ export class API {
       headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
     }
-    const resp = await fetch(path, init);
+    let resp;
+    try {
+      resp = await fetch(path, init);
+    } catch (e) {
+      throw new NetworkError(e);
+    }
     if (!resp.ok) {
       throw await APIError.from(resp);
     }

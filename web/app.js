@@ -1,15 +1,27 @@
 // app.js is the Sparkles console: the token form, the sandbox list, and the
 // view of one sandbox with its live transcript and prompt box. The address
 // names the open sandbox (#/sandboxes/<id>), so a reload comes back to it;
-// the token stays in sessionStorage, for this tab only.
-import { API } from "./api.js";
+// on a phone the list and the open sandbox are two views, and #/ is the
+// list. The token stays in sessionStorage, for this tab only.
+import { API, NetworkError } from "./api.js";
+import { answeredHere } from "./approval.js";
+import { h, statusWords } from "./dom.js";
+import { Guide } from "./guide.js";
+import { earlierEvents, firstTurn, turnEvents } from "./history.js";
+import { SandboxList } from "./list.js";
 import { APIError, SandboxEventStream, State } from "./sparkles-events.js";
-import { Transcript, h } from "./view.js";
+import { Transcript } from "./view.js";
 
 const TOKEN_KEY = "sparkles.token";
-const LIST_REFRESH_MS = 15000;
+// The list is read again this often while the page is in view: the open
+// sandbox's stream keeps its own row live, the others catch up this way.
+const LIST_REFRESH_MS = 10000;
 
 const $ = (id) => document.getElementById(id);
+
+// narrow is the phone layout of style.css: the list and the open sandbox
+// are two views.
+const narrow = matchMedia("(max-width: 720px)");
 
 const ui = {
   login: $("login"),
@@ -20,14 +32,23 @@ const ui = {
   signOut: $("sign-out"),
   newSandbox: $("new-sandbox"),
   list: $("sandbox-list"),
-  more: $("more-sandboxes"),
+  showDeletedLabel: $("show-deleted-label"),
+  showDeleted: $("show-deleted"),
+  showDeletedText: $("show-deleted-text"),
   empty: $("empty"),
+  intro: $("intro"),
+  introCreate: $("intro-create"),
+  pick: $("pick"),
   sandbox: $("sandbox"),
   title: $("sandbox-title"),
+  sandboxID: $("sandbox-id"),
   status: $("sandbox-status"),
   connection: $("connection"),
   connectionText: $("connection-text"),
   deleteSandbox: $("delete-sandbox"),
+  offline: $("offline"),
+  offlineTitle: $("offline-title"),
+  offlineText: $("offline-text"),
   notice: $("notice"),
   noticeText: $("notice-text"),
   noticeClose: $("notice-close"),
@@ -35,6 +56,10 @@ const ui = {
   earlier: $("earlier-turns"),
   earlierStatus: $("earlier-status"),
   transcript: $("transcript"),
+  pending: $("pending"),
+  guide: $("guide"),
+  guideText: $("guide-text"),
+  examples: $("examples"),
   promptForm: $("prompt-form"),
   prompt: $("prompt"),
   send: $("send"),
@@ -48,21 +73,38 @@ const ui = {
 const state = {
   token: "",
   api: new API(() => state.token),
-  sandboxes: new Map(), // id -> Sandbox, as last seen
-  after: "", // the list's next page cursor
   selected: null, // the open sandbox id
-  sandbox: null, // the open sandbox resource
   stream: null,
+  conn: State.CONNECTING, // the open sandbox's stream state
+  connError: null, // why the stream ended for good, when it did
+  missing: false, // the server says the open sandbox does not exist
+  snapshotSeen: false, // the open sandbox's first snapshot arrived
   refreshTimer: 0,
   earlierChecked: null, // the sandbox whose log was looked into for earlier turns
+  behindRead: null, // the sandbox whose snapshot turn was read from the log
 };
 
+const list = new SandboxList(state.api, ui.list, {
+  onDelete: confirmDelete,
+  onRender: renderFrame,
+});
+
 const transcript = new Transcript(ui.transcript, {
+  dock: ui.pending,
   decide: (a, body) => state.api.decide(state.selected, a.approval_id, body),
-  onCurrent: () => updateControls(),
+  decided: answeredHere,
+  onChange: () => updateControls(),
   announce,
   notice: showNotice,
 });
+
+const guide = new Guide({ el: ui.guide, text: ui.guideText, examples: ui.examples }, (prompt) => {
+  ui.prompt.value = prompt;
+  ui.prompt.focus();
+  ui.prompt.setSelectionRange(prompt.length, prompt.length);
+});
+
+const openSandboxResource = () => (state.selected ? (list.get(state.selected) ?? { id: state.selected, status: "" }) : null);
 
 // ---- token ----
 
@@ -94,7 +136,7 @@ function showLogin(message = "") {
 async function signIn(token) {
   state.token = token;
   try {
-    await loadList();
+    await list.load();
   } catch (e) {
     if (e instanceof APIError && (e.status === 401 || e.status === 403)) {
       showLogin("The server did not accept this token.");
@@ -109,14 +151,16 @@ async function signIn(token) {
   ui.app.hidden = false;
   ui.signOut.hidden = false;
   clearInterval(state.refreshTimer);
-  state.refreshTimer = setInterval(() => {
-    if (document.visibilityState === "visible") {
-      // While the server is away the connection indicator says so; only
-      // an answer of the server itself is worth a notice.
-      loadList().catch((e) => e instanceof APIError && handleError(e));
-    }
-  }, LIST_REFRESH_MS);
+  state.refreshTimer = setInterval(refreshList, LIST_REFRESH_MS);
   route();
+}
+
+function refreshList() {
+  if (document.visibilityState === "visible" && state.token) {
+    // While the server is away the connection banner says so; only an
+    // answer of the server itself is worth a notice.
+    list.load().catch((e) => e instanceof APIError && handleError(e));
+  }
 }
 
 // handleError shows a failed call; a refused token sends the user back to
@@ -126,97 +170,60 @@ function handleError(e) {
     showLogin("The server no longer accepts this token.");
     return;
   }
+  if (e instanceof NetworkError) {
+    showNotice(e.message);
+    return;
+  }
   showNotice(e.message || String(e));
 }
 
-// ---- sandbox list ----
-
-async function loadList() {
-  const first = await state.api.listSandboxes();
-  // A refresh reloads the first page; later pages stay as they were.
-  for (const sb of first.data) {
-    state.sandboxes.set(sb.id, sb);
+// quietly handles the failure of a read the page does on its own: while
+// the server is away the banner says so, and a 410 (retention moved on
+// meanwhile) only means there is less to show.
+function quietly(e) {
+  if (e instanceof NetworkError || (e instanceof APIError && e.status === 410)) {
+    return;
   }
-  if (state.after === "" && first.has_more) {
-    state.after = first.data.at(-1)?.id ?? "";
-  }
-  ui.more.hidden = state.after === "";
-  renderList();
+  handleError(e);
 }
 
-async function loadMore() {
-  const page = await state.api.listSandboxes({ after: state.after });
-  for (const sb of page.data) {
-    state.sandboxes.set(sb.id, sb);
-  }
-  state.after = page.has_more ? (page.data.at(-1)?.id ?? "") : "";
-  ui.more.hidden = state.after === "";
-  renderList();
-}
+// ---- the sandbox list ----
 
-const displayName = (sb) => sb.metadata?.name || sb.id;
-
-function renderList() {
-  // The list is rebuilt whole; keep the keyboard where it was.
-  const focused = document.activeElement;
-  const focusID = ui.list.contains(focused) ? focused.closest(".sb-item")?.dataset.sandboxId : undefined;
-  const focusClass = focused?.tagName === "BUTTON" ? "button" : "a";
-  // Newest first: ids sort by creation time.
-  const ids = [...state.sandboxes.keys()].sort().reverse();
-  const items = ids.map((id) => {
-    const sb = state.sandboxes.get(id);
-    const link = h(
-      "a",
-      { class: "sb-link", href: `#/sandboxes/${encodeURIComponent(id)}`, "aria-current": id === state.selected ? "page" : null },
-      h("span", { class: "sb-name", text: displayName(sb) }),
-      h("span", { class: `badge status-${sb.status}`, text: sb.status }),
-      h("span", { class: "sb-meta", text: `created ${new Date(sb.created_at).toLocaleString()}` }),
-    );
-    const li = h("li", { class: "sb-item", "data-sandbox-id": id, "data-status": sb.status }, link);
-    if (sb.status !== "deleted") {
-      const del = h("button", { type: "button", class: "icon ghost", "aria-label": `Delete sandbox ${displayName(sb)}`, title: "Delete", text: "✕" });
-      del.addEventListener("click", () => confirmDelete(id));
-      li.append(del);
-    }
-    return li;
-  });
-  if (items.length === 0) {
-    items.push(h("li", { class: "sb-none", text: "No sandboxes yet." }));
-  }
-  ui.list.replaceChildren(...items);
-  if (focusID !== undefined) {
-    const item = ui.list.querySelector(`.sb-item[data-sandbox-id="${CSS.escape(focusID)}"]`);
-    (item?.querySelector(focusClass) ?? item?.querySelector("a"))?.focus();
-  }
-}
-
-function rememberSandbox(sb) {
-  state.sandboxes.set(sb.id, { ...state.sandboxes.get(sb.id), ...sb });
-  if (sb.id === state.selected) {
-    state.sandbox = state.sandboxes.get(sb.id);
+// renderFrame shows what depends on the list: the open sandbox's header,
+// the welcome of an empty server, the toggle of deleted sandboxes.
+function renderFrame() {
+  const live = list.size - list.deleted;
+  ui.intro.hidden = live > 0;
+  ui.pick.hidden = live === 0;
+  ui.app.toggleAttribute("data-empty", live === 0);
+  const hidden = list.deleted;
+  ui.showDeletedLabel.hidden = hidden === 0;
+  ui.showDeletedText.textContent = `Show deleted (${hidden})`;
+  if (state.selected) {
     renderHeader();
   }
-  renderList();
 }
 
 async function createSandbox() {
   ui.newSandbox.disabled = true;
+  ui.introCreate.disabled = true;
   try {
     const sb = await state.api.createSandbox({});
     delete sb.stream_token; // this page uses its own token
-    rememberSandbox(sb);
+    list.remember(sb);
     location.hash = `#/sandboxes/${encodeURIComponent(sb.id)}`;
+    route(); // now, so that the prompt box is there to focus
     ui.prompt.focus();
   } catch (e) {
     handleError(e);
   } finally {
     ui.newSandbox.disabled = false;
+    ui.introCreate.disabled = false;
   }
 }
 
 function confirmDelete(id) {
-  const sb = state.sandboxes.get(id);
-  ui.confirmText.textContent = `Delete sandbox ${sb ? displayName(sb) : id}? Its agent is stopped and a running turn is canceled.`;
+  ui.confirmText.textContent = `Delete sandbox “${list.name(id)}”? Its agent is stopped and a running turn is canceled.`;
   ui.confirm.dataset.sandboxId = id;
   ui.confirm.returnValue = "";
   ui.confirm.showModal();
@@ -224,7 +231,7 @@ function confirmDelete(id) {
 
 async function deleteSandbox(id) {
   try {
-    rememberSandbox(await state.api.deleteSandbox(id));
+    list.remember(await state.api.deleteSandbox(id));
   } catch (e) {
     handleError(e);
   }
@@ -246,6 +253,7 @@ function closeStream() {
 }
 
 function openSandbox(id) {
+  const left = state.selected;
   closeStream();
   hideNotice();
   transcript.clear();
@@ -253,32 +261,53 @@ function openSandbox(id) {
   delete ui.earlier.dataset.checked;
   ui.earlierStatus.textContent = "";
   state.earlierChecked = null;
+  state.behindRead = null;
+  state.snapshotSeen = false;
+  state.missing = false;
+  state.connError = null;
   state.selected = id;
-  state.sandbox = id ? (state.sandboxes.get(id) ?? { id, status: "" }) : null;
-  renderList();
+  list.selected = id;
+  list.render();
+  ui.app.dataset.view = id ? "sandbox" : "list";
   ui.empty.hidden = id !== null;
   ui.sandbox.hidden = id === null;
+  // On a phone the view changes under the keyboard: the focus goes to the
+  // sandbox's name, or back to the row of the sandbox just left.
   if (!id) {
+    document.title = "Sparkles";
+    if (narrow.matches && left) {
+      ui.list.querySelector(`.sb-item[data-sandbox-id="${CSS.escape(left)}"] a`)?.focus();
+    }
     return;
   }
+  if (narrow.matches) {
+    ui.title.focus({ preventScroll: true });
+  }
+  list.want(id);
   renderHeader();
   setConnection(State.CONNECTING);
   state.stream = new SandboxEventStream({
     sandboxId: id,
     token: () => state.token,
     onSnapshot(snap, info) {
-      rememberSandbox(snap.sandbox);
+      list.remember(snap.sandbox);
       transcript.applySnapshot(snap, info);
+      state.snapshotSeen = true;
       scrollToEnd(true);
-      offerEarlier(id).catch(handleError);
+      offerEarlier(id).catch(quietly);
+      if (state.behindRead !== id || info.reset) {
+        readBehind(id, snap).catch(quietly);
+      }
+      updateControls();
     },
     onEvent(env) {
       const stick = nearEnd();
+      list.sawEvent(env);
       transcript.applyEvent(env);
       scrollToEnd(stick);
     },
     onStatus(d) {
-      rememberSandbox({ id, status: d.status, status_detail: d.detail });
+      list.remember({ id, status: d.status, status_detail: d.detail });
     },
     onGap() {
       showNotice("Retention removed some events of this sandbox before this page could read them; the view may miss them.");
@@ -286,9 +315,13 @@ function openSandbox(id) {
     onState: setConnection,
     onError(e) {
       if (e instanceof APIError && e.status === 404) {
-        showNotice("This sandbox does not exist (any more).");
+        state.missing = true;
+        renderBanner();
+        updateControls();
         return;
       }
+      state.connError = e;
+      renderBanner();
       handleError(e);
     },
   }).start();
@@ -296,11 +329,19 @@ function openSandbox(id) {
 }
 
 function renderHeader() {
-  const sb = state.sandbox;
-  ui.title.textContent = displayName(sb);
-  ui.status.className = `badge status-${sb.status || "unknown"}`;
-  ui.status.textContent = sb.status || "…";
-  ui.status.title = sb.status_detail || "";
+  const sb = openSandboxResource();
+  const name = state.missing ? sb.id : list.name(sb.id);
+  ui.title.textContent = name;
+  ui.sandboxID.textContent = sb.id;
+  ui.sandboxID.hidden = name === sb.id;
+  document.title = `${name} — Sparkles`;
+  const words = state.missing ? { label: "not found", long: "not found" } : statusWords(sb.status);
+  ui.status.className = `badge status-${state.missing ? "missing" : sb.status || "unknown"}`;
+  ui.status.replaceChildren(
+    h("span", { class: "badge-short", text: words.label }),
+    h("span", { class: "badge-long", text: words.long }),
+  );
+  ui.status.title = sb.status_detail || words.long;
   updateControls();
 }
 
@@ -313,27 +354,75 @@ const CONNECTION_TEXT = {
 };
 
 function setConnection(s) {
+  if (s === State.LIVE && (state.conn === State.RECONNECTING || state.conn === State.RECOVERING)) {
+    // Back from an outage (a restart, maybe): the other rows are stale too.
+    refreshList();
+  }
+  state.conn = s;
   ui.connection.dataset.state = s;
   ui.connectionText.textContent = CONNECTION_TEXT[s] ?? s;
+  renderBanner();
+  updateControls();
+}
+
+// renderBanner says loudly what keeps the page from working: the server
+// is away, or the sandbox is not there.
+function renderBanner() {
+  let kind = "";
+  let title = "";
+  let text = "";
+  if (state.missing) {
+    kind = "missing";
+    title = "This sandbox does not exist.";
+    text = "It was never created here, or it was deleted and its log has aged out. Pick another sandbox, or create one.";
+  } else if (state.conn === State.RECONNECTING) {
+    kind = "reconnecting";
+    title = "Reconnecting to the server…";
+    text = "Sending is paused until the connection is back; what happened meanwhile shows up then.";
+  } else if (state.conn === State.CLOSED && state.connError) {
+    kind = "closed";
+    title = "Disconnected.";
+    text = `${state.connError.message} Reload the page to try again.`;
+  }
+  ui.offline.hidden = kind === "";
+  ui.offline.dataset.kind = kind;
+  ui.offlineTitle.textContent = title;
+  ui.offlineText.textContent = text;
 }
 
 function updateControls() {
-  const sb = state.sandbox;
+  const sb = openSandboxResource();
   const cur = transcript.current;
-  const gone = !sb || sb.status === "deleted";
-  ui.send.disabled = gone || cur !== null;
+  const gone = !sb || sb.status === "deleted" || state.missing;
+  const online = state.conn === State.LIVE;
+  ui.send.disabled = gone || !online || cur !== null;
   ui.prompt.disabled = gone;
-  ui.cancel.disabled = gone || cur === null;
+  ui.cancel.disabled = gone || !online || cur === null;
   ui.deleteSandbox.disabled = gone;
+  transcript.setOffline(!online);
+  const pending = transcript.pending;
   let text = "";
-  if (gone && sb) {
+  if (state.missing) {
+    text = "This sandbox does not exist.";
+  } else if (gone && sb) {
     text = "This sandbox was deleted.";
+  } else if (state.conn === State.RECONNECTING || state.conn === State.CLOSED) {
+    text = "Not connected: sending is paused.";
+  } else if (!online) {
+    text = state.conn === State.RECOVERING ? "Catching up…" : "Connecting…";
+  } else if (pending > 0) {
+    text = pending === 1 ? "Waiting for your approval…" : `${pending} approvals wait for you…`;
   } else if (cur) {
     text = cur.status === "queued" ? "Turn queued…" : "Turn running…";
-  } else if (sb && sb.status && sb.status !== "ready" && sb.status !== "stopped") {
+  } else if (sb?.status === "stopped") {
+    text = `Agent ${statusWords("stopped").long}.`;
+  } else if (sb && sb.status && sb.status !== "ready") {
     text = `Agent ${sb.status}…`;
   }
   ui.turnStatus.textContent = text;
+  // An empty sandbox gets the guide, once its snapshot says it is empty.
+  const empty = !gone && state.snapshotSeen && transcript.empty && ui.earlier.hidden;
+  guide.show(empty ? sb : null);
 }
 
 async function sendPrompt() {
@@ -345,6 +434,7 @@ async function sendPrompt() {
   try {
     const turn = await state.api.startTurn(state.selected, input);
     ui.prompt.value = "";
+    list.sawPrompt(state.selected, turn.input);
     transcript.addTurn(turn);
     scrollToEnd(true);
   } catch (e) {
@@ -368,25 +458,24 @@ async function cancelTurn() {
   }
 }
 
-// ---- earlier turns ----
+// ---- what the snapshot leaves out ----
 //
-// The snapshot shows the sandbox's current or last turn. The turns before
-// it are in the log: the page offers them when the log holds some, and
-// reads them as JSON pages when asked.
+// The snapshot shows the sandbox's current or last turn, and of its
+// approvals only the pending ones. What became of the others, the turn's
+// errors and how it ended are read from the end of the log; the turns
+// before it are offered, and read as JSON pages when asked.
 
-// firstTurn returns the turn of the log's first event that has one, or null.
-async function firstTurn(id) {
-  let since = "0";
-  for (;;) {
-    const page = await state.api.events(id, since, 100);
-    const ev = page.data.find((e) => e.turn_id);
-    if (ev) {
-      return ev.turn_id;
-    }
-    if (!page.has_more) {
-      return null;
-    }
-    since = page.next_since;
+async function readBehind(id, snap) {
+  state.behindRead = id;
+  if (!snap.turn) {
+    return;
+  }
+  const events = await turnEvents(state.api, id, snap.turn.id, { last: snap.last_event_id, floor: snap.pruned_through });
+  if (state.selected !== id) {
+    return;
+  }
+  for (const env of events) {
+    transcript.applyBehind(env);
   }
 }
 
@@ -398,7 +487,7 @@ async function offerEarlier(id) {
     return;
   }
   state.earlierChecked = id;
-  const first = await firstTurn(id);
+  const first = await firstTurn(state.api, id);
   if (state.selected !== id) {
     return;
   }
@@ -413,21 +502,9 @@ async function loadEarlier() {
   ui.earlier.disabled = true;
   ui.earlierStatus.textContent = "Loading earlier turns…";
   try {
-    let since = "0";
-    read: for (;;) {
-      const page = await state.api.events(id, since, 500);
-      if (state.selected !== id) {
-        return;
-      }
-      for (const env of page.data) {
-        if (!transcript.applyEarlier(env)) {
-          break read;
-        }
-      }
-      if (!page.has_more) {
-        break;
-      }
-      since = page.next_since;
+    await earlierEvents(state.api, id, (env) => transcript.applyEarlier(env), () => state.selected === id);
+    if (state.selected !== id) {
+      return;
     }
     ui.earlier.hidden = true;
     s.scrollTop = s.scrollHeight - fromEnd; // what was in view stays there
@@ -478,7 +555,11 @@ ui.tokenForm.addEventListener("submit", (ev) => {
 });
 ui.signOut.addEventListener("click", () => showLogin());
 ui.newSandbox.addEventListener("click", createSandbox);
-ui.more.addEventListener("click", () => loadMore().catch(handleError));
+ui.introCreate.addEventListener("click", createSandbox);
+ui.showDeleted.addEventListener("change", () => {
+  list.showDeleted = ui.showDeleted.checked;
+  list.render();
+});
 ui.deleteSandbox.addEventListener("click", () => state.selected && confirmDelete(state.selected));
 ui.confirm.addEventListener("close", () => {
   if (ui.confirm.returnValue === "delete") {
@@ -507,6 +588,13 @@ window.addEventListener("hashchange", () => {
     route();
   }
 });
+document.addEventListener("visibilitychange", refreshList);
+// A phone's prompt box has two lines: room for the question, not the hint.
+const placeholder = () => {
+  ui.prompt.placeholder = narrow.matches ? "Ask the agent…" : "Ask the agent… (Enter sends, Shift+Enter starts a new line)";
+};
+narrow.addEventListener("change", placeholder);
+placeholder();
 
 takeTokenFromAddress();
 const saved = sessionStorage.getItem(TOKEN_KEY);

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -40,6 +41,8 @@ type sparkles struct {
 	URL    string
 	Client *client.Client
 
+	cfg coordinator.Config // what a test changes of the coordinator's configuration
+
 	mu  sync.Mutex
 	run *running
 }
@@ -51,9 +54,20 @@ type running struct {
 	done  chan error
 }
 
-func startSparkles(t testing.TB) *sparkles {
+// serverOption changes the coordinator of a test's server.
+type serverOption func(*coordinator.Config)
+
+// withApprovalTimeout makes approvals expire after d instead of minutes.
+func withApprovalTimeout(d time.Duration) serverOption {
+	return func(c *coordinator.Config) { c.ApprovalTimeout = d }
+}
+
+func startSparkles(t testing.TB, opts ...serverOption) *sparkles {
 	t.Helper()
 	s := &sparkles{t: t, dir: t.TempDir(), addr: "127.0.0.1:0"}
+	for _, o := range opts {
+		o(&s.cfg)
+	}
 	s.start()
 	s.URL = "http://" + s.addr
 	s.Client = client.New(s.URL, testToken)
@@ -68,13 +82,13 @@ func (s *sparkles) start() {
 	if err != nil {
 		s.t.Fatalf("open store: %v", err)
 	}
-	co, err := coordinator.New(coordinator.Config{
-		Store:        st,
-		DataDir:      s.dir,
-		Builtins:     map[string]coordinator.BuiltinAgent{"demo": agent.RunDemo},
-		DefaultAgent: "demo",
-		Logger:       log,
-	})
+	cfg := s.cfg
+	cfg.Store = st
+	cfg.DataDir = s.dir
+	cfg.Builtins = map[string]coordinator.BuiltinAgent{"demo": agent.RunDemo}
+	cfg.DefaultAgent = "demo"
+	cfg.Logger = log
+	co, err := coordinator.New(cfg)
 	if err != nil {
 		st.Close()
 		s.t.Fatalf("start coordinator: %v", err)
@@ -254,7 +268,7 @@ func (b *browser) onFailure() {
 	b.mu.Unlock()
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100 is PNG; below it chromium writes JPEG
 	if err != nil {
 		b.t.Logf("no screenshot: %v", err)
 		return
@@ -401,11 +415,13 @@ func turnStatus(status string) string {
 const viewJS = `JSON.stringify([...document.querySelectorAll('#transcript .turn')].map(t => ({
 	id: t.dataset.turnId,
 	status: t.dataset.status,
+	ended: t.querySelector('.turn-foot .badge').textContent,
+	decisions: [...t.querySelectorAll('.decision')].map(d => d.textContent),
 	prompt: t.querySelector('.prompt-text').textContent,
 	reasoning: [...t.querySelectorAll('.reasoning .part')].map(p => p.textContent),
 	answer: [...t.querySelectorAll('.answer .part')].map(p => p.textContent),
 	tools: [...t.querySelectorAll('.tool')].map(x => x.dataset.status + ' ' + x.querySelector('.tool-title').textContent),
-	approvals: [...t.querySelectorAll('.approval')].map(a => a.dataset.approvalId + ' ' + a.querySelector('.approval-title').textContent
+	approvals: [...document.querySelectorAll('#pending .approval')].filter(a => a.dataset.turnId === t.dataset.turnId).map(a => a.dataset.approvalId + ' ' + a.querySelector('.approval-title').textContent
 		+ ' ' + [...a.querySelectorAll('button')].map(b => b.textContent).join('/')),
 })))`
 
@@ -453,3 +469,92 @@ func approvalLog(t *testing.T, s *sparkles, id string) []loggedApproval {
 
 // buttonsJS lists the text of the buttons of the first approval card.
 const buttonsJS = `[...document.querySelectorAll('.approval button')].map(b => b.textContent)`
+
+// viewport makes the tab a window of width × height CSS pixels.
+func (b *browser) viewport(width, height int64) {
+	b.t.Helper()
+	b.do(fmt.Sprintf("a %d×%d window", width, height), chromedp.EmulateViewport(width, height))
+}
+
+// saveScreenshot writes png to dir/name and logs where.
+func saveScreenshot(t *testing.T, dir, name string, png []byte) {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("saved %s", path)
+}
+
+// turnUntil starts a turn from the API and follows the sandbox's stream
+// until an event of type typ of that turn arrives; it returns the turn id.
+func turnUntil(t *testing.T, s *sparkles, id, input string, typ sandbox.Type) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), actionTimeout)
+	defer cancel()
+	stream := s.Client.Stream(ctx, id, client.StreamOptions{Since: client.Since(0)})
+	defer stream.Close()
+	turn, err := s.Client.StartTurn(ctx, id, input)
+	if err != nil {
+		t.Fatalf("start a turn: %v", err)
+	}
+	for m, err := range stream.Events() {
+		if err != nil {
+			t.Fatalf("wait for %s of turn %s: %v", typ, turn.ID, err)
+		}
+		if m.Event.TurnID == turn.ID && m.Event.Type == typ {
+			return turn.ID
+		}
+	}
+	t.Fatalf("the stream ended before %s of turn %s", typ, turn.ID)
+	return ""
+}
+
+// unnamedControls lists the visible controls a screen reader could not
+// name.
+func (b *browser) unnamedControls() []string {
+	b.t.Helper()
+	return eval[[]string](b, `[...document.querySelectorAll('button, input, textarea, a[href], summary')]
+		.filter(e => e.checkVisibility())
+		.filter(e => !(e.getAttribute('aria-label') || e.labels?.[0]?.textContent || e.textContent).trim())
+		.map(e => e.outerHTML)`)
+}
+
+// decisionsJS lists the decision records of the last turn as
+// "outcome|title|by".
+const decisionsJS = `[...` + lastTurn + `.querySelectorAll('.decision')].map(d =>
+	[...d.children].map(c => c.textContent).join('|'))`
+
+// endedJS is the text of the last turn's end badge.
+const endedJS = lastTurn + `.querySelector('.turn-foot .badge').textContent`
+
+// untilJSON waits until the JSON of a JavaScript expression is want, and
+// names what the page showed instead when it never is.
+func (b *browser) untilJSON(what, js, want string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+	defer cancel()
+	cond := fmt.Sprintf(`JSON.stringify(%s) === %s`, js, jsString(want))
+	err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](cond,
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(actionTimeout)))
+	if err != nil {
+		b.t.Fatalf("%s: the page shows %s, want %s (%v)", what, eval[string](b, `JSON.stringify(`+js+`)`), want, err)
+	}
+}
+
+// decisions waits until the last turn's decision records read want, each
+// "outcome|title|by".
+func (b *browser) decisions(what string, want ...string) {
+	b.t.Helper()
+	j, err := json.Marshal(want)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.untilJSON(what, decisionsJS, string(j))
+}
+
+// ended waits until the last turn's end badge reads want.
+func (b *browser) ended(want string) {
+	b.t.Helper()
+	b.untilJSON("the turn's end", endedJS, `"`+want+`"`)
+}

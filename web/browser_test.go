@@ -7,9 +7,9 @@ package web_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
@@ -108,11 +108,19 @@ func TestBrowserApproveInPage(t *testing.T) {
 	if got, want := log[0].resolved.Decision, sandbox.DecisionApproved; got != want {
 		t.Fatalf("decision = %s, want %s", got, want)
 	}
+	// The card leaves its outcome in the turn, and who gave it.
+	b.decisions("the allowed write is kept", "Allowed once|Write notes.txt|in this tab")
+	b.ended("succeeded")
 
 	b.prompt("write notes.txt again")
 	b.do("the next write asks again", chromedp.WaitVisible(approve))
 	b.do("deny it", chromedp.Click(chromedp.CSS(".approval button.deny")), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
 	b.until("the answer says so", answerHas("You did not let me write notes.txt."))
+	// A success with a denial is not a plain success: the agent did not do
+	// all it set out to (the CLI exits 3 for it).
+	b.decisions("the denied write is kept", "Denied|Write notes.txt|in this tab")
+	b.until("the turn succeeds", turnStatus("succeeded"))
+	b.ended("succeeded with a denial")
 	log = approvalLog(t, s, id)
 	if len(log) != 2 || log[1].resolved == nil {
 		t.Fatalf("the log has approvals %+v, want two resolved", log)
@@ -146,6 +154,7 @@ func TestBrowserAlwaysAllow(t *testing.T) {
 	b.do("always allow in the page", chromedp.Click(always), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
 	b.until("the answer says so", answerHas("I wrote notes.txt."))
 	b.until("the turn succeeds", turnStatus("succeeded"))
+	b.decisions("the lasting choice is kept", "Always allowed|Write notes.txt|in this tab")
 
 	log := approvalLog(t, s, id)
 	if len(log) != 1 || log[0].resolved == nil {
@@ -197,6 +206,8 @@ func TestBrowserApprovedElsewhere(t *testing.T) {
 	b.do("the card goes", chromedp.WaitNotPresent(card))
 	b.until("the turn succeeds", turnStatus("succeeded"))
 	b.until("the answer says so", answerHas("I wrote notes.txt."))
+	b.decisions("the decision made elsewhere is kept", "Allowed once|Write notes.txt|elsewhere")
+	b.noConsoleErrors()
 }
 
 func TestBrowserReloadMidTurn(t *testing.T) {
@@ -223,6 +234,20 @@ func TestBrowserReloadMidTurn(t *testing.T) {
 	b.do("deny in the page", chromedp.Click(chromedp.CSS(".approval button.deny")), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
 	b.until("the answer says so", answerHas("You did not let me write notes.txt."))
 	b.until("the turn succeeds", turnStatus("succeeded"))
+	b.decisions("the denial is kept", "Denied|Write notes.txt|in this tab")
+	b.ended("succeeded with a denial")
+	denied := eval[string](b, viewJS)
+
+	// The snapshot holds pending approvals only: the page reads the end of
+	// the log for what became of the others, and the tab remembers which
+	// it answered itself.
+	b.do("reload", chromedp.Reload())
+	b.waitLive()
+	b.decisions("the denial is still there", "Denied|Write notes.txt|in this tab")
+	b.ended("succeeded with a denial")
+	if after := eval[string](b, viewJS); after != denied {
+		t.Fatalf("the view changed across the reload:\nbefore %s\nafter  %s", denied, after)
+	}
 	b.noConsoleErrors()
 }
 
@@ -252,12 +277,39 @@ func TestBrowserServerRestart(t *testing.T) {
 
 	s.stop()
 	b.do("the page notices", chromedp.WaitVisible(chromedp.CSS(`#connection[data-state="reconnecting"]`)))
+	// It says so where it cannot be missed, and does not offer to send.
+	b.do("the banner", chromedp.WaitVisible(chromedp.CSS(`#offline[data-kind="reconnecting"]`)))
+	if got, want := eval[string](b, `document.getElementById('offline-title').textContent`), "Reconnecting to the server…"; got != want {
+		t.Fatalf("the banner says %q, want %q", got, want)
+	}
+	if !eval[bool](b, `document.getElementById('send').disabled && document.getElementById('cancel-turn').disabled`) {
+		t.Fatal("Send or Cancel turn is enabled while the page cannot reach the server")
+	}
+	if got, want := eval[string](b, `document.getElementById('turn-status').textContent`), "Not connected: sending is paused."; got != want {
+		t.Fatalf("the turn status says %q, want %q", got, want)
+	}
+	b.do("type and press Enter", chromedp.SendKeys(chromedp.ID("prompt"), "hello while away\n"))
+	if got := eval[string](b, `document.getElementById('prompt').value.trim()`); got != "hello while away" {
+		t.Fatalf("the prompt box holds %q: Enter sent it while offline", got)
+	}
+	if got := eval[int](b, `document.querySelectorAll('#transcript .turn').length`); got != 1 {
+		t.Fatalf("%d turns shown: Enter sent the prompt while offline", got)
+	}
+	if eval[bool](b, `!document.getElementById('notice').hidden`) {
+		t.Fatalf("a notice while offline: %s", eval[string](b, `document.getElementById('notice-text').textContent`))
+	}
+	eval[bool](b, `(document.getElementById('prompt').value = '') === ''`)
 	s.restart()
 	b.waitLive()
+	b.do("the banner goes", chromedp.WaitNotVisible(chromedp.ID("offline")))
 
 	// The open turn was closed by the shutdown or the restart; the page
 	// catches up on how, and the sandbox takes the next prompt.
 	b.until("the hung turn ends", fmt.Sprintf(`['failed', 'canceled'].includes(%s?.dataset.status)`, lastTurn))
+	// The agent stopped with the server: that is idle, not broken.
+	b.untilJSON("the header says the agent is idle", `document.querySelector('#sandbox-status .badge-long').textContent`,
+		`"idle — starts with the next prompt"`)
+	b.untilJSON("the list says so too", `document.querySelector('#sandbox-list .sb-item .badge').textContent`, `"idle"`)
 	b.prompt("hello again")
 	b.until("the next turn's answer", answerHas(`You asked: "hello again".`))
 	b.until("the next turn succeeds", turnStatus("succeeded"))
@@ -275,11 +327,7 @@ func TestBrowserKeyboard(t *testing.T) {
 	b.do("the approval card", chromedp.WaitVisible(chromedp.CSS(".approval button.approve")))
 
 	// Every control has a name a screen reader can say.
-	unnamed := eval[[]string](b, `[...document.querySelectorAll('button, input, textarea, a[href], summary')]
-		.filter(e => e.checkVisibility())
-		.filter(e => !(e.getAttribute('aria-label') || e.labels?.[0]?.textContent || e.textContent).trim())
-		.map(e => e.outerHTML)`)
-	if len(unnamed) > 0 {
+	if unnamed := b.unnamedControls(); len(unnamed) > 0 {
 		t.Fatalf("controls without a name: %v", unnamed)
 	}
 
@@ -298,40 +346,6 @@ func TestBrowserKeyboard(t *testing.T) {
 	b.do("press Enter", chromedp.KeyEvent(kb.Enter), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
 	b.until("the turn succeeds", turnStatus("succeeded"))
 	b.until("the answer says so", answerHas("I wrote notes.txt."))
-}
-
-// TestBrowserScreenshots saves the page mid-turn in light and dark to the
-// directory SPARKLES_WEB_SCREENSHOTS names, for a person to look at.
-func TestBrowserScreenshots(t *testing.T) {
-	dir := os.Getenv("SPARKLES_WEB_SCREENSHOTS")
-	if dir == "" {
-		t.Skip("set SPARKLES_WEB_SCREENSHOTS to a directory to save screenshots of the page")
-	}
-	b := newBrowser(t)
-	s := startSparkles(t)
-	id := createSandbox(t, s)
-	if _, err := s.Client.StartTurn(context.Background(), id, "read README.md and summarize it"); err != nil {
-		t.Fatal(err)
-	}
-	createSandbox(t, s)
-	b.do("a tall window", chromedp.EmulateViewport(1280, 1150))
-	b.openSandbox(s, id)
-	b.until("the first turn", turnStatus("succeeded"))
-	b.prompt("now write notes.txt please")
-	b.do("the approval card", chromedp.WaitVisible(chromedp.CSS(".approval button.approve")))
-	for _, scheme := range []string{"light", "dark"} {
-		b.colorScheme(scheme)
-		for name, png := range map[string][]byte{
-			"sparkles-" + scheme + ".png":          b.screenshot(),
-			"sparkles-approval-" + scheme + ".png": b.screenshotOf(`.approval`),
-		} {
-			path := filepath.Join(dir, name)
-			if err := os.WriteFile(path, png, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("saved %s", path)
-		}
-	}
 }
 
 // TestBrowserEarlierTurns: after a reload the page shows the last turn from
@@ -378,4 +392,60 @@ func TestBrowserEarlierTurns(t *testing.T) {
 		t.Fatal("a sandbox with one turn offers earlier turns")
 	}
 	b.noConsoleErrors()
+}
+
+// TestBrowserApprovalOutcomes: an approval nobody answers keeps its outcome
+// too, and says why it ended.
+func TestBrowserApprovalOutcomes(t *testing.T) {
+	t.Run("Canceled", func(t *testing.T) {
+		b := newBrowser(t)
+		s := startSparkles(t)
+		b.openSandbox(s, createSandbox(t, s))
+
+		b.prompt("write notes.txt")
+		b.do("the approval card", chromedp.WaitVisible(chromedp.CSS(".approval button.approve")))
+		b.do("cancel the turn", chromedp.Click(chromedp.ID("cancel-turn")), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
+		b.decisions("the canceled approval is kept", "Canceled|Write notes.txt|the turn was canceled")
+		b.until("the turn is canceled", turnStatus("canceled"))
+		b.ended("canceled")
+		b.noConsoleErrors()
+	})
+
+	t.Run("TimedOut", func(t *testing.T) {
+		b := newBrowser(t)
+		s := startSparkles(t, withApprovalTimeout(time.Second))
+		b.openSandbox(s, createSandbox(t, s))
+
+		b.prompt("write notes.txt")
+		b.decisions("the expired approval is kept", "Timed out|Write notes.txt|nobody answered in time")
+		b.until("the turn ends", fmt.Sprintf(`['succeeded', 'failed', 'canceled'].includes(%s?.dataset.status)`, lastTurn))
+		if got := eval[string](b, endedJS); strings.Contains(got, "denial") {
+			t.Fatalf("the turn ended %q: nobody denied anything", got)
+		}
+		b.noConsoleErrors()
+	})
+}
+
+// TestBrowserMissingSandbox: the address names a sandbox the server does
+// not have: the page says so and offers nothing to do in it.
+func TestBrowserMissingSandbox(t *testing.T) {
+	b := newBrowser(t)
+	s := startSparkles(t)
+	b.do("load the console at a sandbox that is not there",
+		chromedp.Navigate(s.URL+"/#token="+testToken),
+		chromedp.WaitVisible(chromedp.ID("new-sandbox")),
+		chromedp.Navigate(s.URL+"/#/sandboxes/c_doesnotexist"),
+	)
+	b.do("the banner", chromedp.WaitVisible(chromedp.CSS(`#offline[data-kind="missing"]`)))
+	if got, want := eval[string](b, `document.getElementById('offline-title').textContent`), "This sandbox does not exist."; got != want {
+		t.Fatalf("the banner says %q, want %q", got, want)
+	}
+	for _, id := range []string{"prompt", "send", "cancel-turn", "delete-sandbox"} {
+		if !eval[bool](b, fmt.Sprintf(`document.getElementById(%s).disabled`, jsString(id))) {
+			t.Errorf("#%s is enabled in a sandbox that does not exist", id)
+		}
+	}
+	if !eval[bool](b, `document.getElementById('guide').hidden`) {
+		t.Error("a sandbox that does not exist offers example prompts")
+	}
 }

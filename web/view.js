@@ -1,52 +1,17 @@
 // view.js renders a sandbox's transcript: one section per turn with the
-// prompt, the reasoning, the tool cards, the pending approvals, the answer
-// and how the turn ended. It is fed the snapshot and the durable events of
-// the sandbox's stream, and renders the same view from either, so a reload
-// mid-turn shows what was there before it.
+// prompt, the reasoning, the tool cards, a line per approval (waiting, or
+// what became of it), the answer and how the turn ended; and the cards of
+// the pending approvals, in a dock of their own that stays in view above the
+// prompt box however far the transcript is scrolled. It is fed the
+// snapshot and the durable events of the sandbox's stream, and renders the
+// same view from either, so a reload mid-turn shows what was there before it.
 //
 // Everything the agent wrote (message text, tool titles, paths, option
 // labels, error messages) goes into the page as textContent, never as HTML.
-
-// h creates an element. props sets text (textContent), class (className),
-// hidden, and any other attribute; children are nodes or strings.
-export function h(tag, props = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(props)) {
-    if (v === undefined || v === null || v === false) {
-      continue;
-    }
-    if (k === "text") {
-      el.textContent = v;
-    } else if (k === "class") {
-      el.className = v;
-    } else if (k === "hidden") {
-      el.hidden = true;
-    } else {
-      el.setAttribute(k, v === true ? "" : String(v));
-    }
-  }
-  for (const c of children) {
-    el.append(c);
-  }
-  return el;
-}
-
-// insertSorted puts el into parent before the first child whose key sorts
-// after key, so that the order of a list does not depend on arrival order.
-function insertSorted(parent, el, key) {
-  el.dataset.key = key;
-  for (const c of parent.children) {
-    if (c.dataset.key > key) {
-      parent.insertBefore(el, c);
-      return;
-    }
-  }
-  parent.append(el);
-}
+import { ApprovalCard, DecisionRecord } from "./approval.js";
+import { h, inputText, insertSorted } from "./dom.js";
 
 const partKey = (p) => `${p.message_id ?? ""}\u0000${String(p.index ?? 0).padStart(8, "0")}\u0000${p.part_id}`;
-
-const inputText = (input) => (input ?? []).map((i) => i.text ?? "").join("\n");
 
 function duration(ms) {
   if (ms === undefined || ms === null) {
@@ -64,16 +29,21 @@ const STOP_REASONS = {
   error: "ended by an error",
 };
 
-// ALWAYS names the lasting option kinds as their buttons begin.
-const ALWAYS = { allow_always: "Always allow", reject_always: "Always deny" };
+// denialWords is how a turn that succeeded with denials says so, as the
+// CLI's exit status 3 counts them: requests the user denied.
+const denialWords = (n) => (n === 1 ? "succeeded with a denial" : `succeeded with ${n} denials`);
 
 // Turn is the section of one turn.
 class Turn {
-  constructor(id, decide) {
+  constructor(id, dock) {
     this.id = id;
-    this.decide = decide;
+    this.dock = dock;
     this.status = "";
+    this.end = {};
     this.errorKeys = new Set();
+    this.cards = new Map(); // approval id -> ApprovalCard, while pending
+    this.records = new Map(); // approval id -> DecisionRecord
+    this.denials = new Set(); // approval ids the user denied
     this.promptText = h("p", { class: "prompt-text" });
     this.prompt = h("div", { class: "prompt", hidden: true }, h("span", { class: "who", text: "You" }), this.promptText);
     this.reasoningParts = h("div", { class: "parts" });
@@ -84,7 +54,7 @@ class Turn {
       this.reasoningParts,
     );
     this.tools = h("ul", { class: "tools", "aria-label": "Tool calls", hidden: true });
-    this.approvals = h("div", { class: "approvals" });
+    this.decisions = h("ul", { class: "decisions", "aria-label": "Approvals", hidden: true });
     this.answerParts = h("div", { class: "parts" });
     this.answer = h("div", { class: "answer", hidden: true }, h("span", { class: "who", text: "Agent" }), this.answerParts);
     this.errors = h("ul", { class: "errors", hidden: true });
@@ -96,7 +66,7 @@ class Turn {
       this.prompt,
       this.reasoning,
       this.tools,
-      this.approvals,
+      this.decisions,
       this.answer,
       this.errors,
       h("div", { class: "turn-foot" }, this.badge, this.detail),
@@ -111,14 +81,24 @@ class Turn {
     }
   }
 
-  setStatus(status, { stop_reason, error, duration_ms } = {}) {
+  setStatus(status, end = {}) {
     if (!status) {
       return;
     }
     this.status = status;
+    this.end = end;
     this.el.dataset.status = status;
-    this.badge.className = `badge status-${status}`;
-    this.badge.textContent = status;
+    this.#foot();
+  }
+
+  // foot shows how the turn ended; a success with denials says so, in the
+  // warning colour, since the agent did not do all it asked to.
+  #foot() {
+    const { stop_reason, error, duration_ms } = this.end;
+    const denied = this.status === "succeeded" && this.denials.size > 0;
+    this.el.dataset.denied = String(this.denials.size);
+    this.badge.className = `badge status-${denied ? "denied" : this.status}`;
+    this.badge.textContent = denied ? denialWords(this.denials.size) : this.status;
     const bits = [];
     if (stop_reason && STOP_REASONS[stop_reason] !== "") {
       bits.push(STOP_REASONS[stop_reason] ?? stop_reason.replaceAll("_", " "));
@@ -129,9 +109,14 @@ class Turn {
     if (duration_ms) {
       bits.push(duration(duration_ms));
     }
-    if (bits.length > 0 || status === "running" || status === "queued") {
+    if (bits.length > 0 || this.status === "running" || this.status === "queued") {
       this.detail.textContent = bits.join(" · ");
     }
+  }
+
+  // endWords is how the turn ended, for announcements.
+  get endWords() {
+    return this.status === "succeeded" && this.denials.size > 0 ? denialWords(this.denials.size) : this.status;
   }
 
   done() {
@@ -205,105 +190,72 @@ class Turn {
     this.tools.hidden = this.tools.children.length === 0;
   }
 
-  approval(id) {
-    return this.approvals.querySelector(`.approval[data-approval-id="${CSS.escape(id)}"]`);
+  // record returns the line of an approval, made on first use.
+  record(id, request) {
+    let r = this.records.get(id);
+    if (!r) {
+      r = new DecisionRecord(id, request);
+      this.records.set(id, r);
+      insertSorted(this.decisions, r.el, id);
+      this.decisions.hidden = false;
+    }
+    return r;
   }
 
-  addApproval(a) {
-    if (this.approval(a.approval_id)) {
+  // addApproval shows the card of a pending approval in the dock, and its
+  // line here; false if it is there.
+  addApproval(a, options) {
+    if (this.cards.has(a.approval_id) || this.records.get(a.approval_id)?.resolved) {
       return false;
     }
-    const titleID = `title-${a.approval_id}`;
-    const hintID = `hint-${a.approval_id}`;
-    const note = h("p", { class: "approval-note", role: "status" });
-    const buttons = [];
-    const button = (label, cls, body, aria, describedBy) => {
-      const b = h("button", { type: "button", class: cls, text: label, "aria-label": aria, "aria-describedby": describedBy });
-      b.addEventListener("click", () => this.#decide(a, body, buttons, note));
-      buttons.push(b);
-      return b;
-    };
-    const title = a.title || "A tool call";
-    const options = a.options ?? [];
-    // A plain decision answers the agent's once-option, and only the
-    // server knows the rest; so a button that says "once" is shown only
-    // when the agent offers a once-option (or, with no options to go by,
-    // the server is left to choose).
-    const offers = (kind) => options.length === 0 || options.some((o) => o.kind === kind);
-    const actions = h("div", { class: "approval-actions" });
-    if (offers("allow_once")) {
-      actions.append(button("Allow once", "approve primary", { decision: "approve" }, `Allow once: ${title}`));
-    }
-    if (offers("reject_once")) {
-      actions.append(button("Deny", "deny", { decision: "deny" }, `Deny: ${title}`));
-    }
-    // A lasting choice is never the plain decision: each gets a button of
-    // its own that says it lasts, whatever the agent's label claims, and
-    // sends that very option.
-    const lasting = options.filter((o) => ALWAYS[o.kind]);
-    for (const o of lasting) {
-      const text = `${ALWAYS[o.kind]}: ${o.label || o.kind.replaceAll("_", " ")}`;
-      actions.append(button(text, `always ${o.kind}`, { option_id: o.option_id }, `${text} (${title})`, hintID));
-    }
-    const meta = [a.kind, a.expires_at ? `expires ${new Date(a.expires_at).toLocaleTimeString()}` : ""].filter(Boolean).join(" · ");
-    const card = h(
-      "section",
-      { class: "approval", "data-approval-id": a.approval_id, "aria-labelledby": titleID },
-      h("p", { class: "approval-head", text: "Approval needed" }),
-      h("p", { class: "approval-title", id: titleID, text: title }),
-      h("p", { class: "approval-meta", text: meta }),
-      actions,
-      h("p", {
-        class: "approval-hint",
-        id: hintID,
-        hidden: lasting.length === 0,
-        text: "An “Always” choice lasts: the agent may stop asking before actions like this one.",
-      }),
-      note,
-    );
-    insertSorted(this.approvals, card, a.approval_id);
+    const card = new ApprovalCard(a, options);
+    card.el.dataset.turnId = this.id;
+    this.cards.set(a.approval_id, card);
+    insertSorted(this.dock, card.el, `${this.id}\u0000${a.approval_id}`);
+    this.record(a.approval_id, a);
     return true;
   }
 
-  async #decide(a, body, buttons, note) {
-    for (const b of buttons) {
-      b.disabled = true;
-    }
-    note.textContent = "Sending…";
-    try {
-      await this.decide(a, body);
-      // The card goes when approval.resolved arrives on the stream.
-      note.textContent = "Sent; waiting for the agent…";
-    } catch (e) {
-      if (e.type === "approval_resolved") {
-        this.removeApproval(a.approval_id);
-        return;
-      }
-      note.textContent = `Could not send: ${e.message}`;
-      for (const b of buttons) {
-        b.disabled = false;
-      }
-    }
-  }
-
   removeApproval(id) {
-    const card = this.approval(id);
+    const card = this.cards.get(id);
     if (!card) {
       return;
     }
+    this.cards.delete(id);
     // Keep the keyboard in the transcript when the focused card goes.
-    const hadFocus = card.contains(document.activeElement);
-    card.remove();
+    const hadFocus = card.el.contains(document.activeElement);
+    card.el.remove();
     if (hadFocus) {
       this.el.setAttribute("tabindex", "-1");
       this.el.focus({ preventScroll: true });
     }
   }
 
-  clearApprovals() {
-    for (const card of [...this.approvals.children]) {
-      this.removeApproval(card.dataset.approvalId);
+  // closeApprovals takes away the cards of approvals that are no longer
+  // pending, and says so on their lines until their outcome is known.
+  closeApprovals(keep = new Set()) {
+    for (const id of [...this.cards.keys()]) {
+      if (!keep.has(id)) {
+        this.removeApproval(id);
+        this.records.get(id)?.close();
+      }
     }
+  }
+
+  // resolve keeps the outcome of an approval on its line. It returns the
+  // record, or null when it was resolved already.
+  resolve(d, request, by) {
+    this.removeApproval(d.approval_id);
+    const r = this.record(d.approval_id, request);
+    if (r.resolved) {
+      return null;
+    }
+    r.resolve(d, request, by);
+    if (r.outcome.key === "denied" || r.outcome.key === "always_denied") {
+      this.denials.add(d.approval_id);
+      this.#foot();
+    }
+    return r;
   }
 
   addError(key, e) {
@@ -321,26 +273,53 @@ const SNAPSHOT_HOLDS = new Set(["turn.started", "message.updated", "message.comp
 
 // Transcript is the list of turns of one sandbox.
 //
-// Options: decide(approval, body) answers an approval and returns a
-// promise; onCurrent(turn) is told the open turn ({id, status}) or null;
-// announce(text) speaks a change to screen readers; notice(text) shows a
-// message that belongs to no turn.
+// Options: dock is the element that holds the cards of pending approvals;
+// decide(approval, body) answers an approval and returns a
+// promise; decided is a set-like {has, add} of the approval ids this tab
+// answered (it outlives a reload); onChange() is told that the current turn
+// or the pending approvals changed; announce(text) speaks a change to screen
+// readers; notice(text) shows a message that belongs to no turn; onPrompt(id,
+// input) is told each turn's input as it starts, live.
 export class Transcript {
   #list;
   #o;
   #turns = new Map();
+  #requests = new Map(); // approval id -> approval.requested data
   #resolved = new Set();
+  #inflight = new Map(); // approval id -> this tab's answer on its way
   #snapLast = 0n;
   #snapTurn = null;
   #current = null;
+  #offline = false;
 
   constructor(list, options) {
     this.#list = list;
-    this.#o = { onCurrent() {}, announce() {}, notice() {}, ...options };
+    this.#o = {
+      decided: new Set(),
+      onChange() {},
+      announce() {},
+      notice() {},
+      onPrompt() {},
+      ...options,
+    };
   }
 
   get current() {
     return this.#current;
+  }
+
+  // pending is the number of approvals waiting for an answer.
+  get pending() {
+    let n = 0;
+    for (const t of this.#turns.values()) {
+      n += t.cards.size;
+    }
+    return n;
+  }
+
+  // empty reports whether the transcript shows no turn at all.
+  get empty() {
+    return this.#turns.size === 0;
   }
 
   // snapshotTurn is the id of the turn the last snapshot showed (the
@@ -351,18 +330,33 @@ export class Transcript {
 
   clear() {
     this.#list.replaceChildren();
+    this.#o.dock.replaceChildren();
     this.#turns.clear();
+    this.#requests.clear();
     this.#resolved.clear();
+    this.#inflight.clear();
     this.#snapLast = 0n;
     this.#snapTurn = null;
-    this.#setCurrent(null);
+    this.#current = null;
+    this.#o.onChange();
+  }
+
+  // setOffline disables the approval buttons while the page cannot reach
+  // the server, so that an answer is not lost on the way.
+  setOffline(offline) {
+    this.#offline = offline;
+    for (const t of this.#turns.values()) {
+      for (const card of t.cards.values()) {
+        card.setOffline(offline);
+      }
+    }
   }
 
   #turn(id) {
     const key = id || "~"; // an approval outside any turn goes last
     let t = this.#turns.get(key);
     if (!t) {
-      t = new Turn(key, (a, body) => this.#o.decide(a, body));
+      t = new Turn(key, this.#o.dock);
       this.#turns.set(key, t);
       insertSorted(this.#list, t.el, key);
     }
@@ -371,11 +365,57 @@ export class Transcript {
 
   #setCurrent(turn) {
     const same = turn?.id === this.#current?.id && turn?.status === this.#current?.status;
-    if (same) {
-      return;
+    if (!same) {
+      this.#current = turn ? { id: turn.id, status: turn.status } : null;
     }
-    this.#current = turn ? { id: turn.id, status: turn.status } : null;
-    this.#o.onCurrent(this.#current);
+  }
+
+  #addCard(t, a) {
+    this.#requests.set(a.approval_id, a);
+    if (this.#resolved.has(a.approval_id)) {
+      return false;
+    }
+    return t.addApproval(a, {
+      offline: this.#offline,
+      send: (body) => {
+        const p = this.#o.decide(a, body).then(() => this.#o.decided.add(a.approval_id));
+        // The stream may bring approval.resolved before this answer: the
+        // record waits on it to say who answered.
+        this.#inflight.set(
+          a.approval_id,
+          p.then(
+            () => true,
+            () => false,
+          ),
+        );
+        return p;
+      },
+      onGone: () => t.removeApproval(a.approval_id),
+    });
+  }
+
+  // #resolve keeps the outcome of an approval in its turn. It returns the
+  // record, or null when it was there already.
+  #resolve(turnID, d) {
+    this.#resolved.add(d.approval_id);
+    let t = this.#turn(turnID);
+    for (const other of this.#turns.values()) {
+      if (other.cards.has(d.approval_id)) {
+        t = other; // where the page showed it
+      }
+    }
+    const inflight = this.#inflight.get(d.approval_id);
+    let by = "elsewhere";
+    if (this.#o.decided.has(d.approval_id)) {
+      by = "here";
+    } else if (inflight) {
+      by = "asking";
+    }
+    const record = t.resolve(d, this.#requests.get(d.approval_id), by);
+    if (record && by === "asking") {
+      inflight.then((ours) => record.setBy(ours ? "here" : "elsewhere"));
+    }
+    return record;
   }
 
   // addTurn shows a turn the page just started, before its events arrive.
@@ -388,6 +428,7 @@ export class Transcript {
         this.#setCurrent(turn);
       }
     }
+    this.#o.onChange();
   }
 
   // applySnapshot makes the view agree with a snapshot: its turn's parts,
@@ -401,11 +442,9 @@ export class Transcript {
     this.#snapTurn = st ? st.id : null;
     const pending = new Set((snap.approvals ?? []).map((a) => a.approval_id));
     for (const t of this.#turns.values()) {
-      for (const card of [...t.approvals.children]) {
-        if (!pending.has(card.dataset.approvalId)) {
-          t.removeApproval(card.dataset.approvalId);
-        }
-      }
+      // Resolved while the page was away: its approval.resolved follows in
+      // the replay, or in the log read behind the snapshot.
+      t.closeApprovals(pending);
     }
     if (st) {
       const t = this.#turn(st.id);
@@ -413,19 +452,20 @@ export class Transcript {
       // The turn resource has no duration; its two times give the same one
       // turn.completed reports.
       const duration_ms = st.completed_at ? Date.parse(st.completed_at) - Date.parse(st.created_at) : undefined;
-      t.setStatus(st.status, { stop_reason: st.stop_reason, duration_ms });
+      t.setStatus(st.status, { ...t.end, stop_reason: st.stop_reason, duration_ms: t.end.duration_ms ?? duration_ms });
       t.setParts(snap.messages ?? []);
       t.setTools(snap.tools ?? []);
       for (const a of snap.approvals ?? []) {
-        t.addApproval(a);
+        this.#addCard(t, a);
       }
     } else {
       for (const a of snap.approvals ?? []) {
-        this.#turn(null).addApproval(a);
+        this.#addCard(this.#turn(null), a);
       }
     }
     const cur = snap.sandbox?.current_turn;
     this.#setCurrent(cur && !["succeeded", "failed", "canceled"].includes(cur.status) ? cur : null);
+    this.#o.onChange();
   }
 
   applyEvent(env) {
@@ -434,9 +474,13 @@ export class Transcript {
     // would only flicker back and forth. How the turn ended and its errors
     // are not in the snapshot, so those still apply.
     if (env.turn_id && env.turn_id === this.#snapTurn && BigInt(env.id) <= this.#snapLast && SNAPSHOT_HOLDS.has(env.type)) {
+      if (env.type === "approval.requested") {
+        this.#requests.set(env.data.approval_id, env.data);
+      }
       return;
     }
     this.#apply(env, true);
+    this.#o.onChange();
   }
 
   // applyEarlier shows an event of a turn before the snapshot's, read from
@@ -453,6 +497,19 @@ export class Transcript {
     return true;
   }
 
+  // applyBehind shows what the snapshot leaves out of its own turn, read
+  // from the log up to the snapshot: what became of its approvals, its
+  // errors and how it ended. Other events it ignores.
+  applyBehind(env) {
+    if (env.turn_id !== this.#snapTurn || !env.turn_id || BigInt(env.id) > this.#snapLast) {
+      return;
+    }
+    if (["approval.requested", "approval.resolved", "sandbox.error", "turn.completed"].includes(env.type)) {
+      this.#apply(env, false);
+      this.#o.onChange();
+    }
+  }
+
   // #apply shows one event; live tells whether it is news (the current
   // turn, announcements, notices) or history.
   #apply(env, live) {
@@ -466,20 +523,21 @@ export class Transcript {
         }
         if (live) {
           this.#setCurrent({ id: env.turn_id, status: "running" });
+          this.#o.onPrompt(env.turn_id, d.input);
         }
         break;
       }
       case "turn.completed": {
         const t = this.#turn(env.turn_id);
         t.setStatus(d.status, d);
-        t.clearApprovals();
+        t.closeApprovals();
         if (!live) {
           break;
         }
         if (this.#current?.id === env.turn_id) {
           this.#setCurrent(null);
         }
-        this.#o.announce(`Turn ${d.status}`);
+        this.#o.announce(`Turn ${t.endWords}`);
         break;
       }
       case "message.updated":
@@ -494,16 +552,20 @@ export class Transcript {
         this.#turn(env.turn_id).upsertTool(d);
         break;
       case "approval.requested":
-        if (!this.#resolved.has(d.approval_id) && this.#turn(env.turn_id).addApproval(d) && live) {
+        // From the log, an approval is shown by its outcome: a card there
+        // could no longer be answered.
+        this.#requests.set(d.approval_id, d);
+        if (live && this.#addCard(this.#turn(env.turn_id), d)) {
           this.#o.announce(`Approval needed: ${d.title || "a tool call"}`);
         }
         break;
-      case "approval.resolved":
-        this.#resolved.add(d.approval_id);
-        for (const t of this.#turns.values()) {
-          t.removeApproval(d.approval_id);
+      case "approval.resolved": {
+        const record = this.#resolve(env.turn_id, d);
+        if (record && live) {
+          this.#o.announce(record.text);
         }
         break;
+      }
       case "sandbox.error":
         if (env.turn_id) {
           this.#turn(env.turn_id).addError(env.id, d);

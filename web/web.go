@@ -21,7 +21,7 @@ import (
 	"time"
 )
 
-//go:embed index.html app.js api.js view.js sparkles-events.js style.css favicon.svg
+//go:embed index.html app.js api.js approval.js dom.js guide.js history.js list.js view.js sparkles-events.js style.css favicon.svg
 var files embed.FS
 
 // contentTypes are set by extension here, not by the system's MIME table,

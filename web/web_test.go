@@ -36,6 +36,11 @@ func TestHandler(t *testing.T) {
 			"/sparkles-events.js": "text/javascript; charset=utf-8",
 			"/view.js":            "text/javascript; charset=utf-8",
 			"/api.js":             "text/javascript; charset=utf-8",
+			"/approval.js":        "text/javascript; charset=utf-8",
+			"/dom.js":             "text/javascript; charset=utf-8",
+			"/guide.js":           "text/javascript; charset=utf-8",
+			"/history.js":         "text/javascript; charset=utf-8",
+			"/list.js":            "text/javascript; charset=utf-8",
 			"/style.css":          "text/css; charset=utf-8",
 			"/favicon.svg":        "image/svg+xml",
 		} {
@@ -89,7 +94,7 @@ func TestHandler(t *testing.T) {
 	t.Run("ErrNotFound", func(t *testing.T) {
 		// The tests and package.json live beside the assets but are not
 		// part of the page.
-		for _, path := range []string{"/nope.js", "/sparkles-events.test.js", "/package.json", "/web.go", "/index.html/", "/../web.go"} {
+		for _, path := range []string{"/nope.js", "/sparkles-events.test.js", "/console.test.js", "/package.json", "/web.go", "/index.html/", "/../web.go"} {
 			if got, want := get(t, h, http.MethodGet, path).StatusCode, http.StatusNotFound; got != want {
 				t.Fatalf("GET %s: status %d, want %d", path, got, want)
 			}

@@ -49,6 +49,11 @@ type Quirks struct {
 	// reads). The suite restarts the server, and so the agent, after each
 	// interrupted turn instead of running the next scenario on it.
 	StaleAfterInterrupt bool
+	// LoadFailsSameMinute: session/load cannot find a session made in the
+	// same clock minute (Gemini CLI 0.61 answers -32603 "No previous
+	// sessions found for this project."), so a boot that soon after opens
+	// a new session and Sparkles logs session_lost.
+	LoadFailsSameMinute bool
 }
 
 // Dir is where the pinned npm packages are installed: $SPARKLES_AGENTS_DIR,

@@ -23,7 +23,8 @@ func init() {
 			// A 400 from the model API is answered to session/prompt as a
 			// JSON-RPC error (code 400, the API's error body as message),
 			// at once: the CLI retries only 429 and 5xx.
-			ModelErrorStatus: "failed",
+			ModelErrorStatus:    "failed",
+			LoadFailsSameMinute: true,
 		},
 	})
 }

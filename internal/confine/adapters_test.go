@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/agent"
 	"github.com/sparkles-dev/sparkles/internal/agentsuite"
 	"github.com/sparkles-dev/sparkles/internal/confine"
 )
@@ -57,7 +58,7 @@ func TestAdaptersConfined(t *testing.T) {
 			cmd.Stderr = &stderr
 			stdin, _ := cmd.StdinPipe()
 			stdout, _ := cmd.StdoutPipe()
-			release, err := l.Start(cmd, sb)
+			release, err := l.Start(cmd, sb, agent.Confinement{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -116,7 +116,7 @@ func runConfined(t *testing.T, l *confine.Launcher, sandbox string, env []string
 	cmd.Env = env
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	release, err := l.Start(cmd, sandbox)
+	release, err := l.Start(cmd, sandbox, agent.Confinement{})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -168,7 +168,7 @@ func TestLifeline(t *testing.T) {
 	cmd := exec.Command("/bin/sh", "-c", "sleep 600 & sleep 600")
 	cmd.Dir = filepath.Join(sb, "work")
 	cmd.Env = []string{marker, "PATH=/usr/bin:/bin"}
-	release, err := l.Start(cmd, sb)
+	release, err := l.Start(cmd, sb, agent.Confinement{})
 	if err != nil {
 		t.Fatal(err)
 	}

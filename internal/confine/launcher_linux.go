@@ -10,11 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sparkles-dev/sparkles/agent"
 )
 
 // Defaults of Options.
@@ -141,12 +144,45 @@ func (l *Launcher) LogAttrs() []any {
 // the launcher. cmd keeps its stdio; its Path, Args, Env and Dir become the
 // spec, and the process started is the launcher. release must be called
 // once cmd has been waited for.
-func (l *Launcher) Start(cmd *exec.Cmd, sandbox string) (release func(), err error) {
+func (l *Launcher) Start(cmd *exec.Cmd, sandbox string, extra agent.Confinement) (release func(), err error) {
 	sp, err := l.spec(cmd, sandbox)
 	if err != nil {
 		return nil, err
 	}
+	if err := l.add(&sp, extra); err != nil {
+		return nil, err
+	}
 	return l.start(cmd, sp)
+}
+
+// Check says whether an agent's own settings can be applied: the same
+// rules as the server-wide ones (absolute paths, none that holds the data
+// dir or the home, a known network).
+func (l *Launcher) Check(extra agent.Confinement) error {
+	var sp spec
+	return l.add(&sp, extra)
+}
+
+// add applies what one agent's settings add to its spec.
+func (l *Launcher) add(sp *spec, extra agent.Confinement) error {
+	switch extra.Network {
+	case "":
+	case NetworkOpen, NetworkNone:
+		sp.Network = extra.Network
+	default:
+		return &OptionError{"Network", fmt.Sprintf("%q: want %s or %s", extra.Network, NetworkOpen, NetworkNone)}
+	}
+	read, err := cleanPaths("ReadPaths", extra.ReadPaths, l.protect)
+	if err != nil {
+		return err
+	}
+	write, err := cleanPaths("WritePaths", extra.WritePaths, l.protect)
+	if err != nil {
+		return err
+	}
+	sp.Read = append(sp.Read, read...)
+	sp.Write = append(slices.Clip(sp.Write), write...)
+	return nil
 }
 
 func (l *Launcher) spec(cmd *exec.Cmd, sandbox string) (spec, error) {

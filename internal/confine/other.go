@@ -3,6 +3,8 @@
 package confine
 
 import (
+	"github.com/sparkles-dev/sparkles/agent"
+
 	"errors"
 	"log/slog"
 	"os"
@@ -35,7 +37,7 @@ func New(Options) (*Launcher, error) {
 
 func (*Launcher) Isolation() string { return "off" }
 func (*Launcher) LogAttrs() []any   { return nil }
-func (*Launcher) Start(*exec.Cmd, string) (func(), error) {
+func (*Launcher) Start(*exec.Cmd, string, agent.Confinement) (func(), error) {
 	return nil, errors.New("agent confinement needs Linux")
 }
 

@@ -5,6 +5,11 @@
 package natstest
 
 import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +24,13 @@ type Config struct {
 	// interval, its own default, instead of before every acknowledgement.
 	// Only benchmarks that compare the two want it.
 	SyncInterval time.Duration
+	// NoJetStream runs the server without JetStream, as a misconfigured
+	// deployment would.
+	NoJetStream bool
+	// Port is the client port (default a free one). A test that stops a
+	// server and starts another on the same Dir and Port sees its clients
+	// reconnect, as to a server that restarted.
+	Port int
 }
 
 // RunServer starts a NATS server with JetStream on a fresh directory in
@@ -45,10 +57,13 @@ func RunServerConfig(tb testing.TB, cfg Config) (url string, stop func()) {
 	if cfg.Dir == "" {
 		cfg.Dir = tb.TempDir()
 	}
+	if cfg.Port == 0 {
+		cfg.Port = server.RANDOM_PORT
+	}
 	opts := &server.Options{
 		Host:      "127.0.0.1",
-		Port:      server.RANDOM_PORT,
-		JetStream: true,
+		Port:      cfg.Port,
+		JetStream: !cfg.NoJetStream,
 		StoreDir:  cfg.Dir,
 		// An acknowledged publish is on disk, as the store's contract
 		// requires: the server's default syncs on an interval.
@@ -78,4 +93,129 @@ func RunServerConfig(tb testing.TB, cfg Config) (url string, stop func()) {
 	}
 	tb.Cleanup(stop)
 	return s.ClientURL(), stop
+}
+
+// Cluster is a JetStream cluster of servers in the test process.
+type Cluster struct {
+	tb      testing.TB
+	servers []*server.Server
+}
+
+// RunCluster starts n NATS servers with JetStream that form one cluster on
+// 127.0.0.1, and waits until its JetStream has a meta leader and every
+// server knows every peer, so a stream with n replicas can be created.
+// Each server is shut down by tb.Cleanup.
+func RunCluster(tb testing.TB, n int) *Cluster {
+	tb.Helper()
+	// A clustered server needs its routes at start, so the cluster ports
+	// are chosen first: free ones, taken by the servers a moment later.
+	routes := make([]*url.URL, n)
+	for i := range routes {
+		routes[i] = &url.URL{Scheme: "nats-route", Host: freeAddr(tb)}
+	}
+	c := &Cluster{tb: tb}
+	for i := range n {
+		_, port, _ := net.SplitHostPort(routes[i].Host)
+		cport, _ := strconv.Atoi(port)
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("s%d", i+1),
+			Host:       "127.0.0.1",
+			Port:       server.RANDOM_PORT,
+			JetStream:  true,
+			StoreDir:   tb.TempDir(),
+			SyncAlways: true,
+			NoLog:      true,
+			NoSigs:     true,
+			Cluster: server.ClusterOpts{
+				Name: "sparkles-test",
+				Host: "127.0.0.1",
+				Port: cport,
+			},
+			Routes:             routes,
+			JetStreamMaxMemory: 64 << 20,
+			JetStreamMaxStore:  1 << 30,
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			tb.Fatalf("nats server: %v", err)
+		}
+		go s.Start()
+		tb.Cleanup(func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		})
+		c.servers = append(c.servers, s)
+	}
+	for _, s := range c.servers {
+		if !s.ReadyForConnections(10 * time.Second) {
+			tb.Fatal("nats server: not ready for connections within 10s")
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !c.formed() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("nats cluster: %d servers did not form a JetStream cluster within 30s", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return c
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// formed reports whether the running servers have a meta leader that
+// counts every server as a peer, and every one of them is current with it.
+func (c *Cluster) formed() bool {
+	leader := false
+	for _, s := range c.servers {
+		if !s.Running() {
+			continue
+		}
+		if !s.JetStreamIsCurrent() {
+			return false
+		}
+		if s.JetStreamIsLeader() {
+			leader = len(s.JetStreamClusterPeers()) == len(c.servers)
+		}
+	}
+	return leader
+}
+
+// URL is the client URL of every server, comma-separated, as a client that
+// fails over between them is given it.
+func (c *Cluster) URL() string {
+	urls := make([]string, len(c.servers))
+	for i, s := range c.servers {
+		urls[i] = s.ClientURL()
+	}
+	return strings.Join(urls, ",")
+}
+
+// Len is the number of servers.
+func (c *Cluster) Len() int { return len(c.servers) }
+
+// Stop shuts server i down and waits, as when its machine goes away.
+func (c *Cluster) Stop(i int) {
+	c.servers[i].Shutdown()
+	c.servers[i].WaitForShutdown()
+}
+
+// StreamLeader returns the index of the server that leads the stream
+// named name in the account of the clients, or -1.
+func (c *Cluster) StreamLeader(name string) int {
+	for i, s := range c.servers {
+		if s.Running() && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, name) {
+			return i
+		}
+	}
+	return -1
 }

@@ -1,0 +1,229 @@
+package natsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// minServer is the oldest nats-server with every JetStream feature the
+// store uses: atomic batch publish (2.12; appends to a replicated stream),
+// batched direct get and multi_last (2.11; every read and tip), and
+// expected last sequence on another subject or a wildcard (2.11; fences).
+// An older server takes the stream's settings and then refuses every
+// append, so Open refuses it first.
+var minServer = [3]int{2, 12, 0}
+
+// checkServer refuses a nats-server older than minServer. The version is
+// the one the server gave in its INFO when the connection was made.
+func checkServer(nc *nats.Conn) error {
+	v := nc.ConnectedServerVersion()
+	got, ok := parseVersion(v)
+	if !ok || slices.Compare(got[:], minServer[:]) < 0 {
+		return fmt.Errorf("nats-server %s at %s is too old: Sparkles needs nats-server %d.%d.%d or later",
+			v, nc.ConnectedUrlRedacted(), minServer[0], minServer[1], minServer[2])
+	}
+	return nil
+}
+
+// parseVersion reads major.minor.patch from a version such as 2.12.1 or
+// 2.14.0-RC.1.
+func parseVersion(v string) ([3]int, bool) {
+	var out [3]int
+	v, _, _ = strings.Cut(v, "-")
+	parts := strings.Split(v, ".")
+	if len(parts) != 3 {
+		return out, false
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return out, false
+		}
+		out[i] = n
+	}
+	return out, true
+}
+
+// checkJetStream refuses a server without JetStream for this account.
+func (s *Store) checkJetStream(ctx context.Context) error {
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	_, err := s.js.AccountInfo(ctx)
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+		return fmt.Errorf("nats-server at %s has no JetStream for this account: start it with -js (or a jetstream block in its config)", s.nc.ConnectedUrlRedacted())
+	}
+	if err != nil {
+		return fmt.Errorf("nats-server at %s: JetStream does not answer: %w", s.nc.ConnectedUrlRedacted(), err)
+	}
+	return nil
+}
+
+// openStream opens the stream of the logs, creating it if it does not
+// exist. An existing stream keeps its settings (replicas, limits, storage,
+// placement are the operator's); what Sparkles cannot work with is one
+// error naming it, and the few switches it needs that change nothing
+// else are turned on (its fence subjects, direct gets, atomic batches),
+// as when a stream made by an earlier version is first opened by this one.
+func (s *Store) openStream(ctx context.Context, opts Options) error {
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	want := []string{s.subjectPrefix + ".*", s.fencePrefix + ".*"}
+	stream, err := s.js.Stream(ctx, opts.StreamName)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		stream, err = s.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        opts.StreamName,
+			Description: "Sparkles sandbox event logs, one subject per sandbox, and their fences",
+			Subjects:    want,
+			Storage:     jetstream.FileStorage,
+			Retention:   jetstream.LimitsPolicy,
+			Discard:     jetstream.DiscardOld,
+			MaxAge:      opts.MaxAge,
+			Replicas:    opts.Replicas,
+			// Reads are batched direct gets: no consumer per reader.
+			AllowDirect:        true,
+			AllowAtomicPublish: true,
+		})
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			stream, err = s.js.Stream(ctx, opts.StreamName) // another node made it first
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cannot open stream %s: %w", opts.StreamName, err)
+	}
+	info := stream.CachedInfo()
+	cfg := info.Config
+	var broken []string
+	if cfg.Retention != jetstream.LimitsPolicy {
+		broken = append(broken, fmt.Sprintf("retention is %s, and Sparkles needs limits (it keeps every event until it prunes)", cfg.Retention))
+	}
+	if cfg.DenyDelete || cfg.DenyPurge {
+		broken = append(broken, "it denies deletes or purges, which retention needs")
+	}
+	if cfg.Sealed {
+		broken = append(broken, "it is sealed")
+	}
+	if cfg.Mirror != nil {
+		broken = append(broken, "it is a mirror")
+	}
+	for _, subj := range cfg.Subjects {
+		if !slices.Contains(want, subj) {
+			broken = append(broken, fmt.Sprintf("it holds subjects %v; Sparkles needs exactly %v", cfg.Subjects, want))
+			break
+		}
+	}
+	if len(broken) > 0 {
+		return fmt.Errorf("stream %s cannot hold Sparkles' logs: %s; fix its settings or pass another stream name", opts.StreamName, strings.Join(broken, "; "))
+	}
+	if !slices.Contains(cfg.Subjects, want[0]) || !slices.Contains(cfg.Subjects, want[1]) || !cfg.AllowDirect || !cfg.AllowAtomicPublish {
+		cfg.Subjects = want
+		cfg.AllowDirect, cfg.AllowAtomicPublish = true, true
+		if stream, err = s.js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("stream %s: turn on what Sparkles needs (subjects %v, direct gets, atomic batches): %w", opts.StreamName, want, err)
+		}
+		s.log.Info("natsstore: turned on what Sparkles needs in the stream", "stream", opts.StreamName, "subjects", want)
+		info = stream.CachedInfo()
+	}
+	if opts.MaxAge > 0 && info.Config.MaxAge > 0 && info.Config.MaxAge < opts.MaxAge {
+		s.log.Warn("natsstore: the stream drops events younger than the safety net asked for; the retention loop should prune first",
+			"stream", opts.StreamName, "max_age", info.Config.MaxAge, "asked", opts.MaxAge)
+	}
+	s.stream = stream
+	s.publish = s.publishPipelined
+	if replicated(info) {
+		s.publish = s.publishAtomic
+	}
+	return nil
+}
+
+// replicated reports whether a stream is managed by a JetStream cluster,
+// where a leader checks publishes before it replicates them.
+func replicated(info *jetstream.StreamInfo) bool {
+	return info.Cluster != nil && (info.Cluster.RaftGroup != "" || len(info.Cluster.Replicas) > 0)
+}
+
+// openBucket opens a key-value bucket, creating it as cfg says if it does
+// not exist. An existing bucket keeps its settings; check refuses one that
+// Sparkles cannot work with.
+func (s *Store) openBucket(ctx context.Context, cfg jetstream.KeyValueConfig, check func(jetstream.KeyValueStatus) error) (jetstream.KeyValue, error) {
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	kv, err := s.js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = s.js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = s.js.KeyValue(ctx, cfg.Bucket) // another node made it first
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot open key-value bucket %s: %w", cfg.Bucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read key-value bucket %s: %w", cfg.Bucket, err)
+	}
+	if err := check(st); err != nil {
+		return nil, fmt.Errorf("key-value bucket %s cannot hold what Sparkles keeps there: %w; fix its settings or delete it while no node runs", cfg.Bucket, err)
+	}
+	return kv, nil
+}
+
+// noTTL refuses a bucket whose keys expire: states and leases must stay
+// until Sparkles removes them.
+func noTTL(st jetstream.KeyValueStatus) error {
+	if st.TTL() != 0 {
+		return fmt.Errorf("its keys expire after %s", st.TTL())
+	}
+	return nil
+}
+
+// needTTL refuses a bucket whose keys never expire: a node's registration
+// must lapse when the node stops renewing it.
+func needTTL(st jetstream.KeyValueStatus) error {
+	if st.TTL() <= 0 {
+		return errors.New("its keys never expire, so a dead node's leases would never lapse")
+	}
+	return nil
+}
+
+// healthTimeout bounds the requests of one Health check.
+const healthTimeout = 2 * time.Second
+
+// Health reports whether the store can write now: connected to NATS, and
+// the stream and the bucket answer with a leader. A JetStream cluster that
+// lost its quorum, or a server that went away, fails it.
+func (s *Store) Health(ctx context.Context) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	if st := s.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("not connected to NATS (%s)", st)
+	}
+	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("stream %s does not answer: %w", s.streamName, err)
+	}
+	if info.Cluster != nil && info.Cluster.Leader == "" {
+		return fmt.Errorf("stream %s has no leader", s.streamName)
+	}
+	st, err := s.kv.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("key-value bucket %s does not answer: %w", s.kv.Bucket(), err)
+	}
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		if ci := bs.StreamInfo().Cluster; ci != nil && ci.Leader == "" {
+			return fmt.Errorf("key-value bucket %s has no leader", s.kv.Bucket())
+		}
+	}
+	return nil
+}

@@ -1,0 +1,321 @@
+// Type declarations of sparkles-events.js, the fetch-based reader of a
+// Sparkles sandbox's event stream, for TypeScript in browsers and in Node
+// backends (Node 18 and later have fetch and ReadableStream). The event
+// types mirror the OpenAPI document (server/openapi.json): the envelope of
+// SPEC §3 and each type's data of SPEC §4. Answers and data may gain
+// fields within v1; these types name the ones a reader can rely on.
+
+/** A decimal event id: compare ids as integers (BigInt), not as strings. */
+export type EventID = string;
+
+/** UTC, RFC 3339 with three digits of milliseconds. */
+export type Timestamp = string;
+
+export type SandboxStatusValue = "creating" | "booting" | "ready" | "stopping" | "stopped" | "failed" | "deleted";
+export type TurnStatus = "queued" | "running" | "succeeded" | "failed" | "canceled";
+export type StopReason = "end_turn" | "max_tokens" | "max_turn_requests" | "refusal" | "canceled" | "error";
+export type MessageKind = "text" | "reasoning";
+export type ToolKind = "read" | "edit" | "delete" | "move" | "search" | "execute" | "think" | "fetch" | "other";
+export type ToolStatus = "pending" | "running" | "completed" | "failed" | "canceled";
+export type OptionKind = "allow_once" | "allow_always" | "reject_once" | "reject_always";
+export type SandboxErrorCode =
+  | "agent_start_failed"
+  | "agent_exited"
+  | "agent_error"
+  | "protocol_error"
+  | "session_lost"
+  | "turn_timeout"
+  | "coordinator_restarted"
+  | "internal";
+
+export interface TextInput {
+  type: "text";
+  text: string;
+}
+
+/** The turn resource. */
+export interface Turn {
+  id: string;
+  object: "turn";
+  sandbox_id: string;
+  status: TurnStatus;
+  input: TextInput[];
+  created_at: Timestamp;
+  completed_at: Timestamp | null;
+  stop_reason: StopReason | null;
+}
+
+/** The sandbox resource, with the watermarks of its log. */
+export interface Sandbox {
+  id: string;
+  object: "sandbox";
+  status: SandboxStatusValue;
+  status_detail: string;
+  agent: string;
+  created_at: Timestamp;
+  updated_at: Timestamp;
+  metadata: Record<string, string>;
+  current_turn: Turn | null;
+  last_event_id: EventID;
+  oldest_event_id: EventID;
+  pruned_through: EventID;
+}
+
+export interface ErrorInfo {
+  code: SandboxErrorCode;
+  message: string;
+}
+
+export interface Usage {
+  input_tokens: number;
+  output_tokens: number;
+  total_tokens: number;
+  context_tokens?: number;
+  context_window?: number;
+}
+
+export interface MessageUpdatedData {
+  message_id: string;
+  part_id: string;
+  index: number;
+  kind: MessageKind;
+  /** The whole part so far: a snapshot, not a delta. */
+  text: string;
+}
+
+export interface Part {
+  part_id: string;
+  index: number;
+  kind: MessageKind;
+  text: string;
+}
+
+export interface MessageCompletedData {
+  message_id: string;
+  parts: Part[];
+  /** The text parts joined by a blank line; never empty. */
+  text: string;
+}
+
+export interface Location {
+  /** Relative to the sandbox directory. */
+  path: string;
+  line: number | null;
+}
+
+export interface ToolUpdatedData {
+  tool_call_id: string;
+  title: string;
+  kind: ToolKind;
+  status: ToolStatus;
+  locations: Location[];
+}
+
+export interface ApprovalOption {
+  option_id: string;
+  kind: OptionKind;
+  label: string;
+}
+
+export interface ApprovalRequestedData {
+  approval_id: string;
+  tool_call_id: string;
+  title: string;
+  kind: ToolKind;
+  options: ApprovalOption[];
+  expires_at: Timestamp;
+}
+
+export interface ApprovalResolvedData {
+  approval_id: string;
+  decision: "approved" | "denied" | "canceled" | "failed";
+  /** Empty when no option was answered (canceled, failed). */
+  option_id: string;
+  reason: "user" | "timeout" | "turn_canceled" | "agent_exited";
+}
+
+export interface TurnStartedData {
+  input: TextInput[];
+}
+
+export interface TurnCompletedData {
+  status: "succeeded" | "failed" | "canceled";
+  stop_reason: StopReason;
+  error: ErrorInfo | null;
+  duration_ms: number;
+  usage: Usage | null;
+}
+
+export interface SandboxErrorData {
+  code: SandboxErrorCode;
+  message: string;
+}
+
+export interface SnapshotData {
+  sandbox: Sandbox;
+  turn: Turn | null;
+  messages: MessageUpdatedData[];
+  tools: ToolUpdatedData[];
+  approvals: ApprovalRequestedData[];
+  last_event_id: EventID;
+  oldest_event_id: EventID;
+  pruned_through: EventID;
+}
+
+export interface SandboxStatusData {
+  status: SandboxStatusValue;
+  detail: string;
+}
+
+/** The envelope of every event. */
+interface Envelope<T extends string, D, I extends EventID | null> {
+  id: I;
+  object: "sandbox.event";
+  version: "v1";
+  type: T;
+  ts: Timestamp;
+  sandbox_id: string;
+  /** Null when the event belongs to no turn. */
+  turn_id: string | null;
+  data: D;
+}
+
+export type TurnStartedEvent = Envelope<"turn.started", TurnStartedData, EventID>;
+export type TurnCompletedEvent = Envelope<"turn.completed", TurnCompletedData, EventID>;
+export type MessageUpdatedEvent = Envelope<"message.updated", MessageUpdatedData, EventID>;
+export type MessageCompletedEvent = Envelope<"message.completed", MessageCompletedData, EventID>;
+export type ToolUpdatedEvent = Envelope<"tool.updated", ToolUpdatedData, EventID>;
+export type ApprovalRequestedEvent = Envelope<"approval.requested", ApprovalRequestedData, EventID>;
+export type ApprovalResolvedEvent = Envelope<"approval.resolved", ApprovalResolvedData, EventID>;
+export type SandboxErrorEvent = Envelope<"sandbox.error", SandboxErrorData, EventID>;
+export type SnapshotEvent = Envelope<"snapshot", SnapshotData, null>;
+export type SandboxStatusEvent = Envelope<"sandbox.status", SandboxStatusData, null>;
+
+/** An event of the log: what onEvent receives, discriminated by `type`. */
+export type DurableEvent =
+  | TurnStartedEvent
+  | TurnCompletedEvent
+  | MessageUpdatedEvent
+  | MessageCompletedEvent
+  | ToolUpdatedEvent
+  | ApprovalRequestedEvent
+  | ApprovalResolvedEvent
+  | SandboxErrorEvent;
+
+/** Any frame of the stream. */
+export type SandboxEvent = DurableEvent | SnapshotEvent | SandboxStatusEvent;
+
+/** One SSE message, as SSEParser returns it. */
+export interface SSEMessage {
+  /** The event field, or "message". */
+  type: string;
+  /** The data lines joined with "\n". */
+  data: string;
+  /** This message's own id field, or null when it had none. */
+  id: string | null;
+  /** The stream's last event id (carried over to messages without one). */
+  lastEventId: string;
+}
+
+export interface SSEParserOptions {
+  onComment?: (text: string) => void;
+  /** Bounds one line and one message's data (UTF-16 code units); default 64 MiB. */
+  maxBytes?: number;
+}
+
+/** Turns the bytes of a text/event-stream response into messages. */
+export class SSEParser {
+  constructor(options?: SSEParserOptions);
+  readonly lastEventId: string;
+  /** Feeds a chunk, split anywhere; returns the messages it completed. */
+  feed(chunk: Uint8Array | string): SSEMessage[];
+  /** Ends the stream; a message not ended by a blank line is dropped. */
+  end(): SSEMessage[];
+}
+
+/** The error body of an API answer; a 410 also carries the watermarks. */
+export interface APIErrorBody {
+  type?: string;
+  message?: string;
+  oldest_event_id?: EventID;
+  pruned_through?: EventID;
+  last_event_id?: EventID;
+  [field: string]: unknown;
+}
+
+/** An error answer of the API. */
+export class APIError extends Error {
+  constructor(status: number, type: string, message: string, body?: APIErrorBody);
+  readonly name: "APIError";
+  status: number;
+  /** The error type of SPEC §5 (e.g. "cursor_pruned"), or "http_<status>". */
+  type: string;
+  body: APIErrorBody;
+  /** Reads the error of a non-2xx response. */
+  static from(resp: Response): Promise<APIError>;
+}
+
+export type StreamState = "connecting" | "live" | "reconnecting" | "recovering" | "closed";
+
+/** The states a SandboxEventStream reports to onState. */
+export declare const State: Readonly<{
+  CONNECTING: "connecting";
+  LIVE: "live";
+  RECONNECTING: "reconnecting";
+  RECOVERING: "recovering";
+  CLOSED: "closed";
+}>;
+
+export interface SnapshotInfo {
+  /** A replay of the events after the cursor follows this snapshot. */
+  resumed: boolean;
+  /** The reader dropped its cursor (the log was replaced): start the view over. */
+  reset: boolean;
+  event: SnapshotEvent;
+}
+
+/** The fetch this reader needs: the global fetch, or one of your own. */
+export type FetchLike = (input: string, init: RequestInit) => Promise<Response>;
+
+export interface SandboxEventStreamOptions {
+  sandboxId: string;
+  /** A bearer token (the server token in a backend, a stream token in a browser), or a function returning one per request. */
+  token?: string | (() => string);
+  /** The server, e.g. "http://127.0.0.1:7410"; "" (the default) for this page's origin. */
+  baseURL?: string;
+  /** Deliver every retained event after this id; undefined starts with the live tail after the first snapshot. */
+  since?: string | number | bigint | null;
+  /** Each durable event once, in id order. */
+  onEvent?: (event: DurableEvent) => void;
+  onSnapshot?: (data: SnapshotData, info: SnapshotInfo) => void;
+  onStatus?: (data: SandboxStatusData, event: SandboxStatusEvent) => void;
+  /** Event ids that retention removed before they were read. */
+  onGap?: (gap: { from: EventID; to: EventID }) => void;
+  onState?: (state: StreamState, error?: unknown) => void;
+  /** The stream ended for good (401, 403, 404, or another answer retrying cannot fix). */
+  onError?: (error: unknown) => void;
+  /** Milliseconds; the wait before reconnecting doubles from minBackoff (250) to maxBackoff (5000). */
+  minBackoff?: number;
+  maxBackoff?: number;
+  /** Reconnect when nothing arrived for this long (ms; 45000; 0 disables). */
+  idleTimeout?: number;
+  fetch?: FetchLike;
+}
+
+/**
+ * Follows one sandbox's events: resumes with Last-Event-ID after a
+ * disconnect, delivers each durable event once, recovers from a 410
+ * through the JSON pages.
+ */
+export class SandboxEventStream {
+  constructor(options: SandboxEventStreamOptions);
+  /** The id of the last durable event delivered: where a reconnection resumes. */
+  readonly lastEventId: EventID;
+  /** The latest snapshot's data, or null before the first. */
+  readonly snapshot: SnapshotData | null;
+  readonly state: StreamState;
+  /** Begins reading in the background. */
+  start(): this;
+  /** Ends the stream; no callback runs after it returns. */
+  close(): void;
+}

@@ -29,20 +29,31 @@ func runLatency(ctx context.Context, r *runner) error {
 	// The same load over 100 sandboxes (100 events/s each) and over 1,000
 	// (10 events/s each): with more sandboxes a commit touches more of
 	// them and wakes more streams, each writing fewer events at a time.
-	rate, d := pick(r, 10000.0, 1000.0), pick(r, 10*time.Second, 500*time.Millisecond)
-	for i, sandboxes := range []int{pick(r, 100, 10), pick(r, 1000, 20)} {
-		res, err := loadLatency(ctx, l, sandboxes, rate, d)
+	// Then the product's load: 1,000 agents streaming their coalesced
+	// output at 20 events/s each.
+	d := pick(r, 10*time.Second, 500*time.Millisecond)
+	loads := []struct {
+		sandboxes int
+		rate      float64
+		what      string
+	}{
+		{pick(r, 100, 10), pick(r, 10000.0, 1000.0), ""},
+		{pick(r, 1000, 20), pick(r, 10000.0, 1000.0), " over %d sandboxes"},
+		{pick(r, 1000, 20), pick(r, 20000.0, 1000.0), " over %d sandboxes (20 events/s each)"},
+	}
+	for _, ld := range loads {
+		res, err := loadLatency(ctx, l, ld.sandboxes, ld.rate, d)
 		if err != nil {
 			return fmt.Errorf("load: %w", err)
 		}
-		what := fmt.Sprintf("at %.0f/s", rate)
-		if i > 0 {
-			what += fmt.Sprintf(" over %d sandboxes", sandboxes)
+		what := fmt.Sprintf("at %.0f/s", ld.rate)
+		if ld.what != "" {
+			what += fmt.Sprintf(ld.what, ld.sandboxes)
 		}
-		r.add(Figure{Name: "load: achieved rate, " + plural(sandboxes, "sandbox"), Value: res.rate, Unit: "events/s",
-			Conditions: fmt.Sprintf("offered %.0f events/s for %s: %d sandboxes, each paced by a ticker, their ticks spread over the period", rate, d, sandboxes)})
+		r.add(Figure{Name: fmt.Sprintf("load: achieved rate, %s at %.0f/s", plural(ld.sandboxes, "sandbox"), ld.rate), Value: res.rate, Unit: "events/s",
+			Conditions: fmt.Sprintf("offered %.0f events/s for %s: %d sandboxes, each paced by a ticker, their ticks spread over the period", ld.rate, d, ld.sandboxes)})
 		latencyFigures(r, what, &res.hist, 50*time.Millisecond,
-			fmt.Sprintf("%d sandboxes, a subscriber each, %.0f events/s offered", sandboxes, rate))
+			fmt.Sprintf("%d sandboxes, a subscriber each, %.0f events/s offered", ld.sandboxes, ld.rate))
 	}
 	return nil
 }

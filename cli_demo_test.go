@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sparkles-dev/sparkles/agent"
+	"github.com/sparkles-dev/sparkles/internal/agent"
 )
 
 // TestCLIPromptHelpWords checks that prompt --help lists every word of the

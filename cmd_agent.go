@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/sparkles-dev/sparkles/agent"
+	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/urfave/cli/v2"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/sparkles-dev/sparkles/bench"
+	"github.com/sparkles-dev/sparkles/internal/bench"
 )
 
 func newBenchCommand() *cli.Command {

@@ -17,13 +17,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sparkles-dev/sparkles/agent"
 	"github.com/sparkles-dev/sparkles/boltstore"
-	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/cluster"
 	"github.com/sparkles-dev/sparkles/internal/confine"
-	"github.com/sparkles-dev/sparkles/metrics"
-	"github.com/sparkles-dev/sparkles/natsstore"
-	"github.com/sparkles-dev/sparkles/registry"
+	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/metrics"
+	"github.com/sparkles-dev/sparkles/internal/natsstore"
+	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/server"
@@ -170,7 +171,7 @@ func defaultDataDir() string {
 // retention loop use, and the consistency check. The bbolt file and NATS
 // JetStream both provide it.
 type Store interface {
-	coordinator.Store
+	sandbox.Store
 	retention.Store
 	Check() error
 }
@@ -257,7 +258,7 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 	}
 	m.Store = st
-	var cluster coordinator.Cluster
+	var cluster cluster.Cluster
 	if m.Cluster != nil {
 		cluster = m.Cluster
 	}

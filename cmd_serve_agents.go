@@ -7,8 +7,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/sparkles-dev/sparkles/coordinator"
-	"github.com/sparkles-dev/sparkles/registry"
+	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/registry"
 )
 
 // agentFlags are serve's flags about agents: which exist and how many run.

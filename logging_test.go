@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/internal/syncbuf"
-	"github.com/sparkles-dev/sparkles/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 

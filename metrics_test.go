@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sparkles-dev/sparkles/agent"
 	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/apitest"
-	"github.com/sparkles-dev/sparkles/registry"
+	"github.com/sparkles-dev/sparkles/internal/registry"
 )
 
 // These tests hold the OpenAPI document (server/openapi.json) to the real

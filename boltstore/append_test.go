@@ -11,8 +11,8 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/sparkles-dev/sparkles/internal/storetest"
 	"github.com/sparkles-dev/sparkles/sandbox"
-	"github.com/sparkles-dev/sparkles/storetest"
 )
 
 func TestAppend(t *testing.T) {

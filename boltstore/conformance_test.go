@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
-	"github.com/sparkles-dev/sparkles/storetest"
+	"github.com/sparkles-dev/sparkles/internal/storetest"
 )
 
 var _ storetest.Store = (*boltstore.Store)(nil)

@@ -1,5 +1,5 @@
 // Package boltstore keeps the sandboxes' event logs and states in one bbolt
-// file. It implements coordinator.Store, plus the retention methods (Prune,
+// file. It implements sandbox.Store, plus the retention methods (Prune,
 // Compact, Stats, Check) the retention loop uses. It is the only package that
 // imports bbolt.
 //

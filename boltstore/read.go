@@ -10,7 +10,6 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/sparkles-dev/sparkles/coordinator"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -76,7 +75,7 @@ func (s *Store) loaded(id string, withState bool) (*entry, *sandbox.State, error
 }
 
 // Read returns up to limit retained events with id > after, in order; see
-// coordinator.Store. Near the tail it is served from memory: the recent
+// sandbox.Store. Near the tail it is served from memory: the recent
 // records cache, or the records only the WAL holds so far, which are the
 // newest of the log. Older cursors cost one short read transaction, whose
 // records are followed by those from memory where the bucket ends.
@@ -250,14 +249,14 @@ func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int
 }
 
 // Head returns the published tip of the log and the sandbox's status.
-func (s *Store) Head(id string) (coordinator.Head, error) {
+func (s *Store) Head(id string) (sandbox.Head, error) {
 	e, _, err := s.loaded(id, false)
 	if err != nil {
-		return coordinator.Head{}, err
+		return sandbox.Head{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return coordinator.HeadOf(e.sb), nil
+	return sandbox.HeadOf(e.sb), nil
 }
 
 // Wait returns a channel closed by the next published change of sandbox id.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/internal/storetest"
 	"github.com/sparkles-dev/sparkles/sandbox"
-	"github.com/sparkles-dev/sparkles/storetest"
 )
 
 func wantCursorErr(t *testing.T, s *Store, id string, after uint64, typ string, marks sandbox.Marks) {

@@ -13,11 +13,10 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/sparkles-dev/sparkles/coordinator"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-var _ coordinator.Store = (*Store)(nil)
+var _ sandbox.Store = (*Store)(nil)
 
 // ErrClosed is returned by writes after Close.
 var ErrClosed = errors.New("event store is closed")
@@ -80,7 +79,7 @@ type walLimits struct {
 	valueMax                 int           // bytes of entries per WAL value (see putWAL)
 }
 
-// Store is the bbolt implementation of coordinator.Store. See doc.go for
+// Store is the bbolt implementation of sandbox.Store. See doc.go for
 // the layout, the write path and the WAL.
 type Store struct {
 	db        *bbolt.DB
@@ -407,7 +406,7 @@ func (s *Store) enqueue(ctx context.Context, w write) (*request, error) {
 }
 
 // Append makes events durable in the log of sandbox id and folds them into
-// its state; see coordinator.Store. Each event must be of a durable type; an
+// its state; see sandbox.Store. Each event must be of a durable type; an
 // empty SandboxID is set to id and a zero TS to the current time. The events
 // must not be touched by another goroutine until Append returns, when each
 // has its ID.

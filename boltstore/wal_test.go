@@ -13,8 +13,8 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/sparkles-dev/sparkles/internal/storetest"
 	"github.com/sparkles-dev/sparkles/sandbox"
-	"github.com/sparkles-dev/sparkles/storetest"
 )
 
 // crashClose closes the store the way a crash right after its last commit

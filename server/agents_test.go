@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
-	"github.com/sparkles-dev/sparkles/coordinator"
-	"github.com/sparkles-dev/sparkles/registry"
+	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/registry"
 )
 
 // TestListAgents lists the registered agents, with whether each command

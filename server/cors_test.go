@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
-	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/coordinator"
 )
 
 var corsHeaderNames = []string{

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sparkles-dev/sparkles/agent"
 	"github.com/sparkles-dev/sparkles/boltstore"
-	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 

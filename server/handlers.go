@@ -8,7 +8,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -134,7 +134,7 @@ func (s *Server) cancelTurn(w http.ResponseWriter, r *http.Request, ps httproute
 }
 
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
-	var d coordinator.Decision
+	var d sandbox.Decision
 	if err := decodeBody(w, r, &d); err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
-	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -134,7 +134,7 @@ func (b *testBackend) CancelTurn(ctx context.Context, id, turnID string) (sandbo
 	return t, nil
 }
 
-func (b *testBackend) Decide(ctx context.Context, id, approvalID string, d coordinator.Decision) (sandbox.Approval, error) {
+func (b *testBackend) Decide(ctx context.Context, id, approvalID string, d sandbox.Decision) (sandbox.Approval, error) {
 	a, err := b.store.Approval(ctx, id, approvalID)
 	if err != nil {
 		return sandbox.Approval{}, err
@@ -167,7 +167,7 @@ func (b *testBackend) Read(ctx context.Context, id string, after uint64, limit i
 	return recs, err
 }
 
-func (b *testBackend) Head(id string) (coordinator.Head, error) {
+func (b *testBackend) Head(id string) (sandbox.Head, error) {
 	h, err := b.Coordinator.Head(id)
 	b.mu.Lock()
 	hook := b.afterHead

@@ -17,7 +17,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/sparkles-dev/sparkles/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -30,10 +30,10 @@ type Backend interface {
 	StartTurn(ctx context.Context, id, input string) (sandbox.Turn, error)
 	Turn(ctx context.Context, id, turnID string) (sandbox.Turn, error)
 	CancelTurn(ctx context.Context, id, turnID string) (sandbox.Turn, error)
-	Decide(ctx context.Context, id, approvalID string, d coordinator.Decision) (sandbox.Approval, error)
+	Decide(ctx context.Context, id, approvalID string, d sandbox.Decision) (sandbox.Approval, error)
 	State(ctx context.Context, id string) (sandbox.State, error)
 	Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error)
-	Head(id string) (coordinator.Head, error)
+	Head(id string) (sandbox.Head, error)
 	Wait(id string) <-chan struct{}
 	Agents(ctx context.Context) ([]coordinator.AgentInfo, error)
 }

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/sparkles-dev/sparkles/coordinator"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -67,7 +66,7 @@ type tail struct {
 type tailView struct {
 	wake       <-chan struct{}
 	done       chan struct{}
-	head       coordinator.Head
+	head       sandbox.Head
 	base, last uint64
 	recs       []sandbox.Record
 	bytes      int

@@ -20,11 +20,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sparkles-dev/sparkles/agent"
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/client"
-	"github.com/sparkles-dev/sparkles/coordinator"
-	"github.com/sparkles-dev/sparkles/registry"
+	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/server"
 )
 

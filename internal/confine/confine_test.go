@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sparkles-dev/sparkles/agent"
+	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/confine"
 	"golang.org/x/sys/unix"
 )

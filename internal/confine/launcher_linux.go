@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sparkles-dev/sparkles/agent"
+	"github.com/sparkles-dev/sparkles/internal/agent"
 )
 
 // Defaults of Options.

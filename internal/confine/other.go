@@ -3,7 +3,7 @@
 package confine
 
 import (
-	"github.com/sparkles-dev/sparkles/agent"
+	"github.com/sparkles-dev/sparkles/internal/agent"
 
 	"errors"
 	"log/slog"

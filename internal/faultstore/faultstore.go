@@ -126,7 +126,7 @@ func (s *Store) check(id string, evs []*sandbox.Event, isAppend bool) error {
 	return err
 }
 
-// Append fails while writes fail; see coordinator.Store.
+// Append fails while writes fail; see sandbox.Store.
 func (s *Store) Append(ctx context.Context, id string, evs []*sandbox.Event, mutate func(*sandbox.State) error) error {
 	if err := s.check(id, evs, true); err != nil {
 		return err

@@ -1,0 +1,170 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/sandbox"
+	"github.com/sparkles-dev/sparkles/server"
+)
+
+// local is a server wired as serve wires it, minus agents and retention:
+// boltstore on a file of its own, a coordinator whose sandboxes have no
+// runtime (events come in through AppendEvents, the path the agent runtime
+// takes), and the HTTP server on a loopback port.
+type local struct {
+	store   *boltstore.Store
+	path    string // the store's file
+	coord   *coordinator.Coordinator
+	srv     *server.Server
+	streams streamCounter
+	agents  *benchAgents // nil without agents
+	addr    string
+	token   string
+	done    chan error
+}
+
+// streamCounter is the server's observer: it counts open streams and
+// deliveries, which the child reports to the parent.
+type streamCounter struct {
+	open      atomic.Int64
+	delivered atomic.Int64
+	writes    atomic.Int64 // batches of deliveries, each one write to a stream
+}
+
+func (c *streamCounter) StreamOpened(bool) { c.open.Add(1) }
+func (c *streamCounter) StreamClosed()     { c.open.Add(-1) }
+func (c *streamCounter) Delivered(n int) {
+	c.delivered.Add(int64(n))
+	c.writes.Add(1)
+}
+
+func startLocal(dir string, logger *slog.Logger, agents *benchAgents) (*local, error) {
+	path := filepath.Join(dir, "sparkles.db")
+	st, err := boltstore.Open(path, boltstore.Options{Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	cfg := coordinator.Config{Store: st, DataDir: dir, Logger: logger}
+	if agents != nil {
+		agents.configure(&cfg)
+	}
+	co, err := coordinator.New(cfg)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	l := &local{store: st, path: path, coord: co, agents: agents, token: newToken(), done: make(chan error, 1)}
+	l.srv = server.New(server.Config{Backend: co, Token: l.token, Logger: logger, Observer: &l.streams})
+	ln, err := l.srv.Listen("127.0.0.1:0")
+	if err != nil {
+		co.Close()
+		st.Close()
+		return nil, err
+	}
+	l.addr = ln.Addr().String()
+	go func() { l.done <- l.srv.Serve(ln) }()
+	return l, nil
+}
+
+// close stops in the order serve does: streams and HTTP, then the
+// coordinator, then the store.
+func (l *local) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := l.srv.Shutdown(ctx)
+	if serr := <-l.done; err == nil {
+		err = serr
+	}
+	return errors.Join(err, l.coord.Close(), l.store.Close())
+}
+
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return "spk_bench_" + hex.EncodeToString(b)
+}
+
+// createSandboxes creates n sandboxes, a few at a time so their creates
+// share commits as a busy server's would.
+func createSandboxes(ctx context.Context, co *coordinator.Coordinator, n int) ([]string, error) {
+	ids := make([]string, n)
+	err := parallel(ctx, n, 32, func(ctx context.Context, i int) error {
+		sb, err := co.CreateSandbox(ctx, coordinator.CreateParams{})
+		ids[i] = sb.ID
+		return err
+	})
+	return ids, err
+}
+
+// parallel runs fn(0..n-1) on at most width goroutines and returns the
+// first error; the others see their context canceled.
+func parallel(ctx context.Context, n, width int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(width, n) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(ctx, i); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// partIDs and the message id are fixed: every benchmark event overwrites
+// the same part, so the sandbox's state stays one part long however many
+// events are appended, as a streaming reply's does.
+const (
+	benchMessageID = "msg_01jx4d9a1b2c3d4e5f6g7h8j9k"
+	benchPartID    = "part_01jx4d9a1b2c3d4e5f6g7h8j9k"
+)
+
+// newEvent returns a message.updated event whose text carries the time it
+// was made and is padded to size bytes: a typical streamed snapshot. The
+// time is the wall clock's, so that the stamps of a server in a child
+// process compare with the client's reading of the same clock.
+func newEvent(size int) *sandbox.Event {
+	var b strings.Builder
+	b.Grow(max(size, 32))
+	fmt.Fprintf(&b, "%s%d ", stampMarker, time.Now().UnixNano())
+	const filler = "All work and no play makes Jack a dull boy. "
+	for b.Len() < size {
+		b.WriteString(filler[:min(len(filler), size-b.Len())])
+	}
+	return &sandbox.Event{
+		Type: sandbox.TypeMessageUpdated,
+		Data: &sandbox.MessageUpdated{MessageID: benchMessageID, PartID: benchPartID, Kind: sandbox.PartText, Text: b.String()},
+	}
+}
+
+// newLogger logs what goes wrong inside a server at error level only: a
+// benchmark makes clients leave by the thousand, which is no news.
+func newLogger(w io.Writer) *slog.Logger {
+	if w == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelError}))
+}

@@ -1,0 +1,169 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+
+	"github.com/sparkles-dev/sparkles/internal/cluster"
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// call runs an operation on the runtime of an existing sandbox: here, or
+// with a cluster on the node that holds the sandbox's lease. A deleted
+// sandbox has no runtime left to hold, so any node answers for it.
+func (c *Coordinator) call(ctx context.Context, call cluster.Call) (any, error) {
+	// Every call writes: none is taken while the store refuses writes.
+	if err := c.Writable(); err != nil {
+		return nil, err
+	}
+	sb, err := c.store.Sandbox(ctx, call.SandboxID)
+	if err != nil {
+		return nil, err
+	}
+	if !c.hasAgents() {
+		return nil, sandbox.Errorf(sandbox.EConflict, "this server runs no agents")
+	}
+	if c.cl != nil && sb.Status != sandbox.StatusDeleted {
+		return c.route(ctx, sb, call)
+	}
+	for {
+		b, err := c.box(sb.ID)
+		if err != nil {
+			return nil, err
+		}
+		v, err := c.exec(ctx, b, sb, call)
+		if !errors.Is(err, errMoved) {
+			return v, err
+		}
+		// The box was retired as the leases lapsed; a new one answers.
+	}
+}
+
+// exec runs call on b, this node's runtime of sb.
+func (c *Coordinator) exec(ctx context.Context, b *box, sb sandbox.Sandbox, call cluster.Call) (any, error) {
+	var (
+		v    any
+		ferr error
+	)
+	if err := b.do(ctx, func() {
+		if c.cl != nil && !c.current(b) {
+			ferr = errMoved // the lease lapsed since b was found
+			return
+		}
+		if sb.Status == sandbox.StatusDeleted {
+			b.deleted = true
+		}
+		if len(b.pending) > 0 {
+			// Its writes wait for the store: nothing goes on top of them.
+			ferr = unavailable(b.lastErr)
+			return
+		}
+		switch call.Op {
+		case cluster.OpStartTurn:
+			v, ferr = b.startTurn(call.Input)
+		case cluster.OpCancelTurn:
+			v, ferr = b.cancel(call.TurnID)
+		case cluster.OpDecide:
+			if call.Decision == nil {
+				ferr = sandbox.Errorf(sandbox.EInvalidRequest, "a decision is required")
+				return
+			}
+			v, ferr = b.decide(call.ApprovalID, *call.Decision)
+		case cluster.OpDelete:
+			if !b.deleted {
+				ferr = b.remove()
+			}
+		default:
+			ferr = sandbox.Errorf(sandbox.EInvalidRequest, "unknown operation %q", call.Op)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if ferr != nil || call.Op != cluster.OpDelete {
+		return v, ferr
+	}
+	if c.cl != nil {
+		// Nothing runs for a deleted sandbox: its lease is of no more use.
+		if err := c.cl.Release(ctx, sb.ID); err != nil {
+			c.log.Warn("cluster: release of a deleted sandbox", "sandbox_id", sb.ID, "err", err)
+		}
+	}
+	return c.store.Sandbox(ctx, sb.ID)
+}
+
+// DeleteSandbox stops a sandbox's agent, cancels its running turn and marks it
+// deleted. Its log stays readable until retention drops it.
+func (c *Coordinator) DeleteSandbox(ctx context.Context, id string) (sandbox.Sandbox, error) {
+	if !c.hasAgents() {
+		if err := c.Writable(); err != nil {
+			return sandbox.Sandbox{}, err
+		}
+		err := c.store.Append(ctx, id, nil, func(st *sandbox.State) error {
+			st.Sandbox.Status, st.Sandbox.StatusDetail = sandbox.StatusDeleted, "deleted by request"
+			st.Sandbox.UpdatedAt = c.now()
+			return nil
+		})
+		c.noteWrite(id, err)
+		if storeFault(err) {
+			return sandbox.Sandbox{}, unavailable(err)
+		}
+		if err != nil {
+			return sandbox.Sandbox{}, err
+		}
+		return c.store.Sandbox(ctx, id)
+	}
+	return callAs[sandbox.Sandbox](ctx, c, cluster.Call{Op: cluster.OpDelete, SandboxID: id})
+}
+
+// StartTurn accepts a prompt as a new turn. It runs at once when the agent is
+// ready; otherwise it is queued and the agent boots.
+func (c *Coordinator) StartTurn(ctx context.Context, id, input string) (sandbox.Turn, error) {
+	if input == "" {
+		return sandbox.Turn{}, sandbox.Errorf(sandbox.EInvalidRequest, "input must be a non-empty string")
+	}
+	return callAs[sandbox.Turn](ctx, c, cluster.Call{Op: cluster.OpStartTurn, SandboxID: id, Input: input})
+}
+
+// Turn returns a turn of a sandbox, queued ones included. Any node
+// answers: a turn queued on another node is in the sandbox's current_turn
+// until it starts.
+func (c *Coordinator) Turn(ctx context.Context, id, turnID string) (sandbox.Turn, error) {
+	if _, err := c.store.Sandbox(ctx, id); err != nil {
+		return sandbox.Turn{}, err
+	}
+	if b := c.existingBox(id); b != nil {
+		var t *sandbox.Turn
+		err := b.do(ctx, func() {
+			if b.turn != nil && b.turn.turn.ID == turnID {
+				cp := b.turn.turn
+				t = &cp
+			}
+		})
+		if err != nil {
+			return sandbox.Turn{}, err
+		}
+		if t != nil {
+			return *t, nil
+		}
+	}
+	t, err := c.store.Turn(ctx, id, turnID)
+	if !sandbox.IsType(err, sandbox.ENotFound) || c.cl == nil {
+		return t, err
+	}
+	if sb, serr := c.store.Sandbox(ctx, id); serr == nil && sb.CurrentTurn != nil && sb.CurrentTurn.ID == turnID {
+		return *sb.CurrentTurn, nil
+	}
+	return t, err
+}
+
+// CancelTurn cancels a turn: the agent gets session/cancel, pending approvals
+// are canceled, and the turn completes as canceled when the agent answers (or
+// after a grace period without it).
+func (c *Coordinator) CancelTurn(ctx context.Context, id, turnID string) (sandbox.Turn, error) {
+	return callAs[sandbox.Turn](ctx, c, cluster.Call{Op: cluster.OpCancelTurn, SandboxID: id, TurnID: turnID})
+}
+
+// Decide resolves a pending approval with the user's decision.
+func (c *Coordinator) Decide(ctx context.Context, id, approvalID string, d sandbox.Decision) (sandbox.Approval, error) {
+	return callAs[sandbox.Approval](ctx, c, cluster.Call{Op: cluster.OpDecide, SandboxID: id, ApprovalID: approvalID, Decision: &d})
+}

@@ -1,0 +1,465 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/registry"
+	"github.com/sparkles-dev/sparkles/sandbox"
+	"github.com/sparkles-dev/sparkles/translate"
+)
+
+// box is the runtime of one sandbox: an actor goroutine that owns the agent
+// connection, the translator and the current turn. Everything that changes
+// them runs on that goroutine, as a command or as an inbound agent message,
+// so the order of events in the log is the order things happened.
+type box struct {
+	c    *Coordinator
+	id   string
+	cmds chan func()
+
+	// Owned by the actor goroutine.
+	conn      *agent.Conn
+	booting   bool
+	tr        *translate.Translator
+	seen      translate.Stats // translator counts already told to the observer
+	cfg       config          // the sandbox's private config, read with the translator
+	turn      *turnRun
+	approvals map[string]*approvalRun
+	deleted   bool
+
+	// The agent's slot (see slots and idle.go).
+	slot      bool          // holds a slot: booting, running or stopping
+	waiting   bool          // a turn waits in the slot queue
+	idle      bool          // the agent runs with nothing to do
+	idleTimer *time.Timer   // stops the agent after Config.AgentIdleTimeout
+	granted   chan struct{} // the slot manager granted the waiting turn a slot
+	evict     chan struct{} // the slot manager asks this idle agent to stop
+
+	// The agent's session (see session.go).
+	session     string // the open session's id
+	sessionKept bool   // it is the one the sandbox's state keeps
+	// Writes the store refused, oldest first, and how they are retried
+	// (see pending.go).
+	pending       []pendingWrite
+	pendingEvents int   // events in pending
+	lastErr       error // the store's last refusal
+	attempt       int   // retries since the first refusal
+	retry         *time.Timer
+
+	flush       *time.Timer
+	turnTimer   *time.Timer
+	cancelTimer *time.Timer
+	apprTimer   *time.Timer
+	bootDone    chan bootResult
+}
+
+type turnRun struct {
+	turn     sandbox.Turn
+	text     string
+	accepted bool // answered 202: its turn.started and turn.completed must reach the log
+	running  bool // turn.started written (or waiting), prompt sent unless the store refused it
+	canceled bool
+}
+
+type approvalRun struct {
+	req     agent.RequestID
+	data    sandbox.ApprovalRequested
+	pending translate.Pending
+}
+
+type bootResult struct {
+	conn *agent.Conn
+	err  error
+}
+
+func (c *Coordinator) box(id string) (*box, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b, ok := c.boxes[id]; ok {
+		return b, nil
+	}
+	if c.ctx.Err() != nil {
+		return nil, sandbox.Errorf(sandbox.EConflict, "the server is shutting down")
+	}
+	b := &box{
+		c:           c,
+		id:          id,
+		cmds:        make(chan func()),
+		approvals:   map[string]*approvalRun{},
+		bootDone:    make(chan bootResult, 1),
+		flush:       stoppedTimer(),
+		turnTimer:   stoppedTimer(),
+		cancelTimer: stoppedTimer(),
+		apprTimer:   stoppedTimer(),
+		idleTimer:   stoppedTimer(),
+		granted:     make(chan struct{}, 1),
+		evict:       make(chan struct{}, 1),
+		retry:       stoppedTimer(),
+	}
+	c.boxes[id] = b
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		b.run(c.ctx)
+	}()
+	return b, nil
+}
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// do runs fn on the box's goroutine and waits for it.
+func (b *box) do(ctx context.Context, fn func()) error {
+	done := make(chan struct{})
+	select {
+	case b.cmds <- func() { defer close(done); fn() }:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.c.ctx.Done():
+		return sandbox.Errorf(sandbox.EConflict, "the server is shutting down")
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		// The command still runs to its end on the box goroutine.
+		<-done
+		return nil
+	}
+}
+
+func (b *box) run(ctx context.Context) {
+	for {
+		var inbox <-chan agent.Inbound
+		if b.conn != nil {
+			inbox = b.conn.Inbox()
+		}
+		select {
+		case <-ctx.Done():
+			b.shutdown()
+			return
+		case fn := <-b.cmds:
+			fn()
+		case in, ok := <-inbox:
+			if ok && in.Kind == agent.Update {
+				in, ok = b.updates(in, inbox)
+			}
+			switch {
+			case !ok:
+				b.agentGone(nil, false)
+			case in.Kind != 0:
+				b.inbound(in)
+			}
+		case res := <-b.bootDone:
+			b.booted(res)
+		case <-b.flush.C:
+			if b.tr != nil {
+				b.emit(b.tr.Flush())
+			}
+		case <-b.turnTimer.C:
+			b.turnTimedOut()
+		case <-b.cancelTimer.C:
+			b.cancelOverdue()
+		case <-b.apprTimer.C:
+			b.expireApprovals()
+		case <-b.idleTimer.C:
+			b.idleExpired()
+		case <-b.granted:
+			b.slotGranted()
+		case <-b.evict:
+			b.evicted()
+		case <-b.retry.C:
+			b.retryWrites()
+		}
+		b.stopForStore()
+		b.armFlush()
+		b.settleIdle()
+	}
+}
+
+// maxUpdateRun bounds how many waiting session updates one append takes.
+const maxUpdateRun = 1024
+
+// updates translates first and the session updates already waiting behind
+// it, and appends their events in one write. An agent that sends faster than
+// the disk syncs then costs one sync per run of updates, not one per chunk,
+// and chunks that arrived while the last write synced coalesce as they
+// should. It returns the first waiting value that is not an update (Kind 0
+// when there is none) and ok false when the inbox closed.
+func (b *box) updates(first agent.Inbound, inbox <-chan agent.Inbound) (next agent.Inbound, ok bool) {
+	evs := b.tr.Update(first.Params)
+	defer func() { b.emit(evs) }()
+	for range maxUpdateRun {
+		select {
+		case in, ok := <-inbox:
+			if !ok || in.Kind != agent.Update {
+				return in, ok
+			}
+			evs = append(evs, b.tr.Update(in.Params)...)
+		default:
+			return agent.Inbound{}, true
+		}
+	}
+	return agent.Inbound{}, true
+}
+
+func (b *box) log() *slog.Logger { return b.c.log.With("sandbox_id", b.id) }
+
+func (b *box) dir() string { return filepath.Join(b.c.cfg.DataDir, "sandboxes", b.id) }
+
+// emit appends events durably, after the writes that wait for the store,
+// if any. A refused append waits in memory and is retried (see write); the
+// error tells a caller that answers a request.
+func (b *box) emit(evs []*sandbox.Event) error {
+	return b.write(evs, nil)
+}
+
+// observe tells the observer about settled turns and approvals, and, when a
+// turn ends, what the translator dropped and redacted since last time.
+func (b *box) observe(evs []*sandbox.Event) {
+	obs := b.c.cfg.Observer
+	turnDone := false
+	for _, ev := range evs {
+		switch d := ev.Data.(type) {
+		case *sandbox.TurnCompleted:
+			obs.TurnCompleted(d.Status)
+			turnDone = true
+		case *sandbox.ApprovalResolved:
+			obs.ApprovalResolved(d.Decision)
+		}
+	}
+	if !turnDone || b.tr == nil {
+		return
+	}
+	st := b.tr.Stats()
+	for kind, n := range st.Dropped {
+		if d := n - b.seen.Dropped[kind]; d > 0 {
+			obs.UpdatesDropped(kind, d)
+		}
+	}
+	if d := st.Redactions - b.seen.Redactions; d > 0 {
+		obs.Redacted(d)
+	}
+	b.seen = st
+}
+
+// setConn replaces the agent connection and keeps the running-agents gauge.
+func (b *box) setConn(conn *agent.Conn) {
+	switch {
+	case b.conn == nil && conn != nil:
+		b.c.cfg.Observer.AgentsRunning(1)
+	case b.conn != nil && conn == nil:
+		b.c.cfg.Observer.AgentsRunning(-1)
+	}
+	b.conn = conn
+}
+
+// setStatus appends evs and changes the sandbox's status in the same write,
+// which waits like any other when the store refuses it.
+func (b *box) setStatus(status, detail string, evs ...*sandbox.Event) error {
+	return b.write(evs, b.statusMutate(status, detail))
+}
+
+// statusMutate sets the sandbox's status, unless it is deleted already. It
+// reads the clock when the write is made, a retry included.
+func (b *box) statusMutate(status, detail string) func(*sandbox.State) error {
+	return func(st *sandbox.State) error {
+		if st.Sandbox.Status == sandbox.StatusDeleted && status != sandbox.StatusDeleted {
+			return nil
+		}
+		st.Sandbox.Status, st.Sandbox.StatusDetail = status, detail
+		st.Sandbox.UpdatedAt = b.c.now()
+		return nil
+	}
+}
+
+func (b *box) armFlush() {
+	b.flush.Stop()
+	if b.tr == nil {
+		return
+	}
+	if at, ok := b.tr.NextFlush(); ok {
+		b.flush.Reset(max(time.Until(at), 0))
+	}
+}
+
+// translator returns the sandbox's translator, built from its private config.
+// The private config never changes after create, so it is read once.
+func (b *box) translator() (*translate.Translator, config, error) {
+	if b.tr != nil {
+		return b.tr, b.cfg, nil
+	}
+	var cfg config
+	raw, err := b.c.store.Config(context.Background(), b.id)
+	if err != nil {
+		return nil, cfg, err
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, cfg, fmt.Errorf("decode sandbox config: %w", err)
+	}
+	b.cfg = cfg
+	secrets := b.c.redactions(b.id, cfg.Secrets)
+	b.tr = translate.New(translate.Config{
+		SandboxID:     b.id,
+		Dir:           filepath.Join(b.dir(), "work"),
+		DataDir:       b.c.cfg.DataDir,
+		Secrets:       secrets,
+		FlushInterval: b.c.cfg.FlushInterval,
+		ApprovalTTL:   b.c.cfg.ApprovalTimeout,
+		Now:           b.c.cfg.Now,
+	})
+	return b.tr, cfg, nil
+}
+
+// boot starts the agent in the background; the result arrives on bootDone.
+// forTurn tells whether a turn waits for the agent: then a boot that finds
+// every agent slot held waits in the queue for one; a boot at create (only
+// warming the agent up) takes a free slot or leaves the agent for the first
+// turn. The state read here holds the agent's session from its last boot.
+func (b *box) boot(forTurn bool) {
+	if b.conn != nil || b.booting || b.deleted {
+		return
+	}
+	st, err := b.c.store.State(context.Background(), b.id)
+	if err != nil {
+		b.log().Error("boot: read sandbox", "err", err)
+		return
+	}
+	sb := st.Sandbox
+	_, cfg, err := b.translator()
+	if err != nil {
+		b.log().Error("boot: read config", "err", err)
+		b.setStatus(sandbox.StatusFailed, "the sandbox configuration could not be read")
+		return
+	}
+	reg, registered := b.c.cfg.Agents[sb.Agent]
+	var command []string
+	if registered {
+		command = reg.Argv()
+	}
+	builtin := b.c.cfg.Builtins[sb.Agent]
+	if len(command) == 0 && builtin == nil {
+		msg := fmt.Sprintf("agent %q is not registered on this server", sb.Agent)
+		b.setStatus(sandbox.StatusFailed, msg, b.tr.Error(sandbox.ErrAgentStartFailed, msg)...)
+		b.failQueued(sandbox.ErrAgentStartFailed, msg)
+		return
+	}
+	if !b.slot {
+		if !b.c.slots.acquire(b, forTurn) {
+			if forTurn {
+				b.waitForSlot()
+			} else {
+				b.setStatus(sandbox.StatusStopped, fmt.Sprintf("the agent starts with the first turn: all %d agent slots are in use", b.c.cfg.MaxAgents))
+			}
+			return
+		}
+		b.slot, b.waiting = true, false
+	}
+	b.booting = true
+	b.setStatus(sandbox.StatusBooting, fmt.Sprintf("starting agent %q", sb.Agent))
+	work := filepath.Join(b.dir(), "work")
+	acfg := agent.Config{
+		Command: command,
+		Run:     builtin,
+		Dir:     work,
+		Env:     agentEnv(reg, cfg),
+		Confinement: agent.Confinement{
+			Network: reg.Network, ReadPaths: reg.ReadPaths, WritePaths: reg.WritePaths,
+		},
+		Logger: b.log(),
+
+		Launcher: b.c.cfg.Launcher,
+		Sandbox:  b.dir(),
+		Session:  st.AgentSession,
+	}
+	timeout := b.c.cfg.BootTimeout
+	go func() {
+		res := bootResult{}
+		defer func() { b.bootDone <- res }()
+		if err := os.MkdirAll(work, 0o700); err != nil {
+			res.err = errors.New("the sandbox directory could not be created")
+			return
+		}
+		logf, err := openAgentLog(filepath.Join(b.dir(), "agent.log"), agentLogMax)
+		if err == nil {
+			acfg.Stderr = logf
+		}
+		ctx, cancel := context.WithTimeout(b.c.ctx, timeout)
+		defer cancel()
+		res.conn, res.err = agent.Start(ctx, acfg)
+		if logf != nil {
+			if res.err != nil {
+				logf.Close()
+			} else {
+				go func() { <-res.conn.Done(); logf.Close() }()
+			}
+		}
+		if res.err != nil && ctx.Err() == context.DeadlineExceeded {
+			res.err = fmt.Errorf("the agent did not start a session within %s", timeout)
+		}
+	}()
+}
+
+// agentEnv is the whole environment of an agent: a minimal base from the
+// server's own (PATH, HOME, LANG), then the registry's env and pass_env,
+// then the sandbox's env, then its secrets; each later one wins over the
+// earlier (SPEC §9). Nothing else of the server's environment, such as its
+// token, reaches the agent.
+func agentEnv(reg registry.Agent, cfg config) []string {
+	env := map[string]string{}
+	for _, k := range []string{"PATH", "HOME", "LANG"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env[k] = v
+		}
+	}
+	for _, m := range []map[string]string{reg.Environ(os.LookupEnv), cfg.Env, cfg.Secrets} {
+		maps.Copy(env, m)
+	}
+	out := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}
+
+func (b *box) booted(res bootResult) {
+	b.booting = false
+	if res.err != nil {
+		if b.deleted {
+			b.releaseSlot()
+			return
+		}
+		// An agent's refusal names what it offered (see agent.AuthError):
+		// the agent's words, so sanitized for status_detail as well.
+		msg := b.sanitize("the agent could not start: "+res.err.Error(), maxStatusDetail)
+		b.log().Warn("agent boot failed", "err", res.err)
+		b.releaseSlot()
+		b.setStatus(sandbox.StatusFailed, msg, b.tr.Error(sandbox.ErrAgentStartFailed, msg)...)
+		b.failQueued(sandbox.ErrAgentStartFailed, msg)
+		return
+	}
+	if b.deleted || b.c.ctx.Err() != nil {
+		res.conn.Close()
+		b.releaseSlot()
+		return
+	}
+	b.setConn(res.conn)
+	detail, evs := b.resumed(res.conn)
+	b.setStatus(sandbox.StatusReady, detail, evs...)
+	if b.turn != nil && !b.turn.running {
+		b.runTurn()
+	}
+}

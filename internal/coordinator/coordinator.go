@@ -1,0 +1,411 @@
+// Package coordinator ties the pieces of Sparkles together: it creates
+// sandboxes, boots one agent per sandbox, runs prompts as turns, routes
+// approvals, and appends the curated events that translate produces to the
+// Store. The HTTP layer talks to it; it talks to agent, translate and a Store.
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/cluster"
+	"github.com/sparkles-dev/sparkles/internal/registry"
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// Defaults of Config.
+const (
+	// DefaultAgentIdleTimeout is how long an agent may sit idle before it
+	// is stopped.
+	DefaultAgentIdleTimeout = 15 * time.Minute
+	// DefaultMaxAgents is how many agents may run at once: a Node adapter
+	// holds 150-300 MB, so 64 of them fill a machine of 16 to 32 GB.
+	DefaultMaxAgents = 64
+)
+
+// Config is what a Coordinator needs. Zero durations take the defaults.
+type Config struct {
+	Store   sandbox.Store
+	DataDir string // sandbox working directories live under DataDir/sandboxes/<id>/work
+	// Agents maps agent names to what starts them: command, arguments
+	// and environment (the registry, SPEC §9). With no agents at all,
+	// sandboxes have no runtime and go straight to ready (the event log
+	// alone, as embedded tests use it).
+	Agents registry.Registry
+	// Builtins are agents run in-process over pipes instead of as a process
+	// (the demo agent inside an embedding program's tests). A name in both
+	// maps runs as the builtin.
+	Builtins     map[string]BuiltinAgent
+	DefaultAgent string
+	// Launcher, when set, starts every agent process confined to its
+	// sandbox directory (internal/confine); builtins are not processes.
+	Launcher agent.Launcher
+
+	BootTimeout     time.Duration // default 30s
+	TurnTimeout     time.Duration // default 30m
+	ApprovalTimeout time.Duration // default 10m
+	FlushInterval   time.Duration // default 50ms
+	// StoreRetry is the first wait before a write the store refused is
+	// tried again (default 100ms); each refusal doubles it up to
+	// StoreRetryMax (default 5s). See health.go.
+	StoreRetry    time.Duration
+	StoreRetryMax time.Duration
+
+	// Redact, when set, returns values of the server's own to redact
+	// from every string of a sandbox as its secrets are (the server token
+	// and the sandbox's stream token), and from the metadata it is
+	// created with.
+	Redact func(sandboxID string) []string
+	// AgentIdleTimeout stops an agent that has had no turn this long; the
+	// next turn boots it again (default 15m; negative: never).
+	AgentIdleTimeout time.Duration
+	// MaxAgents bounds the agents running at once on this coordinator
+	// (default 64). When every slot is held, a turn that needs an agent
+	// stops the least recently used idle one or waits for a slot.
+	MaxAgents int
+
+	Logger   *slog.Logger
+	Now      func() time.Time
+	Observer Observer // metrics; nil observes nothing
+
+	// Cluster, when set, shares the store with other coordinators: each
+	// sandbox's agent runs on the node holding its lease, and calls posted
+	// to another node are forwarded there (see cluster.go). Nil runs every
+	// sandbox here, as the only coordinator of its store.
+	Cluster cluster.Cluster
+}
+
+// Observer is told what the coordinator does, for metrics.
+type Observer interface {
+	TurnCompleted(status string)
+	ApprovalResolved(decision string)
+	UpdatesDropped(kind string, n int)
+	Redacted(n int)
+	AgentsRunning(delta int)
+	// StoreHealthy says whether the store takes writes again (true) or
+	// has begun to refuse them (false); it is told on each change.
+	StoreHealthy(ok bool)
+	// AppendFailed counts a write the store refused, each retry included;
+	// AppendRetried counts each retry of a write that waits.
+	AppendFailed()
+	AppendRetried()
+	// EventsWaiting moves the count of events held in memory until the
+	// store takes them.
+	EventsWaiting(delta int)
+}
+
+// NopObserver observes nothing; embed it to observe only some things.
+type NopObserver struct{}
+
+func (NopObserver) TurnCompleted(string)       {}
+func (NopObserver) ApprovalResolved(string)    {}
+func (NopObserver) UpdatesDropped(string, int) {}
+func (NopObserver) Redacted(int)               {}
+func (NopObserver) AgentsRunning(int)          {}
+func (NopObserver) StoreHealthy(bool)          {}
+func (NopObserver) AppendFailed()              {}
+func (NopObserver) AppendRetried()             {}
+func (NopObserver) EventsWaiting(int)          {}
+
+// BuiltinAgent is an ACP agent that runs in-process: it reads requests from
+// stdin and writes to stdout until ctx ends or stdin closes. env is the
+// environment the agent would have had as a process.
+type BuiltinAgent func(ctx context.Context, stdin io.Reader, stdout io.Writer, env []string) error
+
+// Coordinator runs sandboxes. Its methods are safe for concurrent use.
+type Coordinator struct {
+	cfg   Config
+	store sandbox.Store
+	log   *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	boxes map[string]*box
+	slots *slots
+
+	health  storeHealth
+	stalled atomic.Int64 // boxes with writes waiting for the store
+
+	cl *clusterRun // nil without a cluster
+}
+
+// CreateParams is the body of a create request.
+type CreateParams struct {
+	Agent    string            `json:"agent,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Secrets  map[string]string `json:"secrets,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// config is the private part of a sandbox kept in the store: never answered.
+type config struct {
+	Env     map[string]string `json:"env,omitempty"`
+	Secrets map[string]string `json:"secrets,omitempty"`
+}
+
+// Limits on create requests, so one request cannot make a huge record.
+const (
+	maxMapEntries = 64
+	maxKeyLen     = 256
+	maxValueLen   = 16 << 10
+)
+
+// New returns a Coordinator over cfg.Store.
+func New(cfg Config) (*Coordinator, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("coordinator: no store")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = NopObserver{}
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.BootTimeout, 30*time.Second)
+	def(&cfg.TurnTimeout, 30*time.Minute)
+	def(&cfg.ApprovalTimeout, 10*time.Minute)
+	def(&cfg.FlushInterval, 50*time.Millisecond)
+	if cfg.AgentIdleTimeout == 0 {
+		cfg.AgentIdleTimeout = DefaultAgentIdleTimeout
+	}
+	if cfg.MaxAgents <= 0 {
+		cfg.MaxAgents = DefaultMaxAgents
+	}
+	def(&cfg.StoreRetry, 100*time.Millisecond)
+	def(&cfg.StoreRetryMax, 5*time.Second)
+	cfg.StoreRetryMax = max(cfg.StoreRetryMax, cfg.StoreRetry)
+	if cfg.DefaultAgent == "" {
+		if names := agentNames(cfg); len(names) > 0 {
+			cfg.DefaultAgent = names[0]
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Coordinator{cfg: cfg, store: cfg.Store, log: cfg.Logger, ctx: ctx, cancel: cancel, boxes: map[string]*box{}, slots: newSlots(cfg.MaxAgents)}
+	// Without agents there are no runtimes to place, so no node owns anything.
+	if cfg.Cluster != nil && c.hasAgents() {
+		if err := c.startCluster(cfg.Cluster); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// now is the coordinator clock in UTC at the millisecond precision of the contract.
+func (c *Coordinator) now() time.Time { return c.cfg.Now().UTC().Truncate(time.Millisecond) }
+
+// agentNames lists every agent a sandbox may ask for, sorted.
+func agentNames(cfg Config) []string {
+	names := slices.Collect(maps.Keys(cfg.Agents))
+	for n := range cfg.Builtins {
+		if _, ok := cfg.Agents[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// hasAgents reports whether sandboxes get an agent runtime at all.
+func (c *Coordinator) hasAgents() bool { return len(c.cfg.Agents)+len(c.cfg.Builtins) > 0 }
+
+func checkMap(field string, m map[string]string) error {
+	if len(m) > maxMapEntries {
+		return sandbox.Errorf(sandbox.EInvalidRequest, "%s has %d entries; at most %d are allowed", field, len(m), maxMapEntries)
+	}
+	for k, v := range m {
+		if k == "" || len(k) > maxKeyLen {
+			return sandbox.Errorf(sandbox.EInvalidRequest, "%s keys must be 1 to %d bytes", field, maxKeyLen)
+		}
+		if len(v) > maxValueLen {
+			return sandbox.Errorf(sandbox.EInvalidRequest, "%s[%q] is longer than %d bytes", field, k, maxValueLen)
+		}
+	}
+	return nil
+}
+
+// CreateSandbox stores a new sandbox and boots its agent in the background.
+func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbox.Sandbox, error) {
+	for _, f := range []struct {
+		name string
+		m    map[string]string
+	}{{"env", p.Env}, {"secrets", p.Secrets}, {"metadata", p.Metadata}} {
+		if err := checkMap(f.name, f.m); err != nil {
+			return sandbox.Sandbox{}, err
+		}
+	}
+	for _, err := range []error{checkEnv("env", p.Env), checkEnv("secrets", p.Secrets), checkNoNUL("metadata", p.Metadata)} {
+		if err != nil {
+			return sandbox.Sandbox{}, err
+		}
+	}
+	agentName := p.Agent
+	if c.hasAgents() {
+		if agentName == "" {
+			agentName = c.cfg.DefaultAgent
+		}
+		if !slices.Contains(agentNames(c.cfg), agentName) {
+			return sandbox.Sandbox{}, sandbox.Errorf(sandbox.EInvalidRequest,
+				"unknown agent %q; this server has: %v", agentName, agentNames(c.cfg))
+		}
+	} else if agentName != "" {
+		return sandbox.Sandbox{}, sandbox.Errorf(sandbox.EInvalidRequest, "unknown agent %q; this server runs no agents", agentName)
+	}
+	now := c.now()
+	id := sandbox.NewID(sandbox.PrefixSandbox)
+	sb := sandbox.Sandbox{
+		ID:        id,
+		Object:    "sandbox",
+		Status:    sandbox.StatusCreating,
+		Agent:     agentName,
+		CreatedAt: now,
+		UpdatedAt: now,
+		Metadata:  c.redactMetadata(id, p.Metadata, p.Secrets),
+	}
+	if sb.Metadata == nil {
+		sb.Metadata = map[string]string{}
+	}
+	if !c.hasAgents() {
+		sb.Status = sandbox.StatusReady
+	}
+	cfgJSON, err := json.Marshal(config{Env: p.Env, Secrets: p.Secrets})
+	if err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	// After the checks: a request that can never succeed says so, outage or not.
+	if err := c.Writable(); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	var epoch uint64
+	if c.cl != nil {
+		if epoch, err = c.claimNew(ctx, sb.ID); err != nil {
+			return sandbox.Sandbox{}, err
+		}
+	}
+	err = c.store.Create(ctx, sb, cfgJSON)
+	c.noteWrite("", err)
+	if err != nil {
+		if c.cl != nil {
+			_ = c.cl.Release(context.WithoutCancel(ctx), sb.ID)
+		}
+		if storeFault(err) {
+			return sandbox.Sandbox{}, unavailable(err)
+		}
+		return sandbox.Sandbox{}, err
+	}
+	if c.hasAgents() {
+		b, err := c.box(sb.ID)
+		if err != nil {
+			return sandbox.Sandbox{}, err
+		}
+		if c.cl != nil && !c.held(b, epoch) {
+			// The node's leases lapsed meanwhile: whoever takes the new
+			// sandbox over settles it, and its next turn boots the agent.
+			return c.store.Sandbox(ctx, sb.ID)
+		}
+		if err := b.do(ctx, func() { b.boot(false) }); err != nil {
+			return sandbox.Sandbox{}, err
+		}
+	}
+	return c.store.Sandbox(ctx, sb.ID)
+}
+
+// Sandbox returns one sandbox.
+func (c *Coordinator) Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error) {
+	return c.store.Sandbox(ctx, id)
+}
+
+// Sandboxes lists sandboxes in creation order.
+func (c *Coordinator) Sandboxes(ctx context.Context, after string, limit int) ([]sandbox.Sandbox, bool, error) {
+	return c.store.Sandboxes(ctx, after, limit)
+}
+
+// State returns the snapshot state of a sandbox.
+func (c *Coordinator) State(ctx context.Context, id string) (sandbox.State, error) {
+	return c.store.State(ctx, id)
+}
+
+// Read reads a page of a sandbox's log; see Store.Read.
+func (c *Coordinator) Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error) {
+	return c.store.Read(ctx, id, after, limit)
+}
+
+// Head returns the tip of a sandbox's log and its status.
+func (c *Coordinator) Head(id string) (sandbox.Head, error) { return c.store.Head(id) }
+
+// Wait returns a channel closed at the next change of a sandbox's log or state.
+func (c *Coordinator) Wait(id string) <-chan struct{} { return c.store.Wait(id) }
+
+// AppendEvents appends curated events to a sandbox's log. The agent runtime
+// appends through the same path; it is exported for embedding and tests.
+func (c *Coordinator) AppendEvents(ctx context.Context, id string, events ...*sandbox.Event) error {
+	now := c.now()
+	for _, ev := range events {
+		if !ev.Type.Durable() {
+			return sandbox.Errorf(sandbox.EInvalidRequest, "%s events are not durable", ev.Type)
+		}
+		if ev.TS.IsZero() {
+			ev.TS = now
+		}
+		ev.SandboxID = id
+	}
+	err := c.store.Append(ctx, id, events, nil)
+	c.noteWrite(id, err)
+	if storeFault(err) {
+		return unavailable(err)
+	}
+	return err
+}
+
+// Close stops every sandbox runtime: running turns are completed as
+// canceled and agents are stopped. The store stays open; its owner closes it,
+// as does the owner of a Cluster (which then lets go of this node's leases).
+func (c *Coordinator) Close() error {
+	if c.cl != nil {
+		c.cl.stopServe()
+	}
+	c.cancel()
+	c.wg.Wait()
+	return nil
+}
+
+// AgentInfo is one agent a sandbox may ask for, as GET /v1/agents lists it:
+// its name and whether its command resolves on this server. Its command
+// and environment stay private.
+type AgentInfo struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+}
+
+// Agents lists the agents sandboxes may ask for, sorted by name. A
+// builtin runs in this process and is always available; a command is
+// looked up now, so that an adapter installed after start shows up.
+func (c *Coordinator) Agents(ctx context.Context) ([]AgentInfo, error) {
+	names := agentNames(c.cfg)
+	out := make([]AgentInfo, 0, len(names))
+	for _, n := range names {
+		_, builtin := c.cfg.Builtins[n]
+		out = append(out, AgentInfo{Name: n, Available: builtin || c.cfg.Agents[n].Available()})
+	}
+	return out, nil
+}

@@ -17,7 +17,8 @@ func newBenchCommand() *cli.Command {
 		Description: "Starts its own servers on temporary stores, in this process or, where the server's memory is\n" +
 			"measured, in a child process, drives them with a loopback client in this process, runs the\n" +
 			"scenarios one after the other and prints each figure with its conditions and target. Scenarios:\n" +
-			"append, latency, fanout, idle, replay, stall, stall-snapshot, agents, coldstart, size. The full run takes a few minutes; --short checks\n" +
+			"append, latency, fanout, idle, replay, stall, stall-snapshot, agents, coldstart, size; and, only when named, peer:\n" +
+			"Sparkles and Mercure side by side, which needs --peer-mercure. The full run takes a few minutes; --short checks\n" +
 			"that every scenario works in seconds.",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "scenario", EnvVars: []string{"SPARKLES_BENCH_SCENARIO"}, Usage: "scenarios to run, comma-separated (default: all)"},
@@ -25,11 +26,20 @@ func newBenchCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", EnvVars: []string{"SPARKLES_JSON"}, Usage: "print the report as JSON"},
 			&cli.StringFlag{Name: "dir", EnvVars: []string{"SPARKLES_BENCH_DIR"}, Usage: "directory of the store files, on the disk to measure (default: the system's temp dir)"},
 			&cli.StringFlag{Name: "profile", EnvVars: []string{"SPARKLES_BENCH_PROFILE"}, Usage: "write pprof profiles of each scenario into this directory"},
+			&cli.StringFlag{Name: "peer-mercure", EnvVars: []string{"SPARKLES_BENCH_PEER_MERCURE"}, Usage: "the mercure-peer binary that the peer scenario measures against (internal/bench/mercure/run builds it and runs the scenario)"},
 			// The idle, stall and fanout scenarios run a server in a child
 			// process: this binary again, told so by the environment.
 			&cli.StringFlag{Name: "child", EnvVars: []string{bench.EnvChild}, Hidden: true},
+			// The peer scenario's child server runs its agents as this
+			// binary again, told so by the environment.
+			&cli.BoolFlag{Name: "flood-agent", EnvVars: []string{bench.EnvFloodAgent}, Hidden: true},
 		},
 		Action: func(c *cli.Context) error {
+			if c.Bool("flood-agent") {
+				ctx, stop := signalContext(c.Context)
+				defer stop()
+				return bench.RunFloodAgent(ctx, os.Stdin, os.Stdout)
+			}
 			if dir := c.String("child"); dir != "" {
 				ctx, stop := signalContext(c.Context)
 				defer stop()
@@ -50,6 +60,7 @@ func newBenchCommand() *cli.Command {
 				AgentCommand: []string{exe, "agent", "demo"},
 				Log:          os.Stderr,
 				ProfileDir:   c.String("profile"),
+				PeerMercure:  c.String("peer-mercure"),
 			})
 			if rep != nil {
 				write := rep.WriteTable

@@ -18,7 +18,9 @@ import (
 
 // EnvChildAgent makes the child server of the agents scenario run the
 // demo agent: the JSON argv of its command, or "builtin" for the demo in
-// the child's own process.
+// the child's own process. "flood" runs the peer scenario's flooding agent
+// instead (RunFloodAgent), as the child's own command with EnvFloodAgent
+// set.
 const EnvChildAgent = "SPARKLES_BENCH_AGENT"
 
 // benchIdleTimeout is the idle timeout of the agents scenario: short, so
@@ -101,6 +103,7 @@ func runAgents(ctx context.Context, r *runner) error {
 type benchAgents struct {
 	coordinator.NopObserver
 	command []string // nil: in-process
+	flood   bool     // command is the flooding agent
 
 	mu      sync.Mutex
 	running int
@@ -114,6 +117,14 @@ func childAgents() (*benchAgents, error) {
 		return nil, nil
 	}
 	a := &benchAgents{changed: make(chan struct{})}
+	if spec == "flood" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("bench child: the flooding agent is this program: %w", err)
+		}
+		a.command, a.flood = append([]string{exe}, os.Args[1:]...), true
+		return a, nil
+	}
 	if spec != "builtin" {
 		if err := json.Unmarshal([]byte(spec), &a.command); err != nil || len(a.command) == 0 {
 			return nil, fmt.Errorf("bench child: %s=%q is neither builtin nor a JSON argv", EnvChildAgent, spec)
@@ -123,13 +134,19 @@ func childAgents() (*benchAgents, error) {
 }
 
 func (a *benchAgents) configure(cfg *coordinator.Config) {
+	cfg.Observer = a
+	if a.flood {
+		// An agent per producer, each busy in its turn for the whole run.
+		cfg.Agents = registry.Registry{"demo": {Command: a.command[0], Args: a.command[1:], Env: map[string]string{EnvFloodAgent: "1"}}}
+		cfg.MaxAgents = 4096
+		return
+	}
 	if a.command != nil {
 		cfg.Agents = registry.Registry{"demo": {Command: a.command[0], Args: a.command[1:]}}
 	} else {
 		cfg.Builtins = map[string]coordinator.BuiltinAgent{"demo": agent.RunDemo}
 	}
 	cfg.AgentIdleTimeout = benchIdleTimeout
-	cfg.Observer = a
 }
 
 // waitNone waits until no agent runs.

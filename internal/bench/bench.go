@@ -26,7 +26,8 @@ import (
 
 // Config chooses what to run and where.
 type Config struct {
-	// Scenarios are the names to run, in any order; empty runs them all.
+	// Scenarios are the names to run, in any order; empty runs them all
+	// but the opt-in ones (peer).
 	Scenarios []string
 	// Short runs every scenario at tiny sizes: it checks that each works,
 	// and its figures mean little.
@@ -53,6 +54,10 @@ type Config struct {
 	// process) and the child server's heap and goroutine profiles at the
 	// moment its memory is measured (NAME-server.heap.pprof, ...).
 	ProfileDir string
+	// PeerMercure is the path of the mercure-peer binary
+	// (internal/bench/mercure), which the peer scenario measures Sparkles
+	// against; without it that scenario cannot run.
+	PeerMercure string
 }
 
 // Figure is one measured value.
@@ -106,6 +111,10 @@ type scenario struct {
 	limit time.Duration
 }
 
+// optIn names the scenarios that run only when named: they need what a
+// machine may not have (peer: a build of Mercure).
+var optIn = map[string]bool{"peer": true}
+
 var scenarios = []scenario{
 	{"append", "durable appends/s through coordinator.AppendEvents with 1, 16, 256 concurrent sandboxes", runAppend, 5 * time.Minute},
 	{"latency", "append-to-SSE delivery latency, idle and at 10,000 events/s", runLatency, 5 * time.Minute},
@@ -117,6 +126,7 @@ var scenarios = []scenario{
 	{"agents", "1,000 sandboxes whose idle agents stopped: server memory per sandbox; a turn on a stopped sandbox to its first event", runAgents, 10 * time.Minute},
 	{"coldstart", "start of a server on 2,000 sandboxes x 1,000 events (1.3 GB), page cache dropped: time to /healthz, RSS", runColdStart, 20 * time.Minute},
 	{"size", "the store file against what it holds: 100,000 events in one sandbox, then a prune of half and as many appends", runSize, 10 * time.Minute},
+	{"peer", "Sparkles and Mercure side by side (needs --peer-mercure): durable events/s, fan-out, idle connections, replay, file size", runPeer, 30 * time.Minute},
 }
 
 // Names lists the scenarios in the order they run.
@@ -262,10 +272,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Note = fmt.Sprintf("client and server share this machine's %d CPUs (GOMAXPROCS=%d): append, latency, fanout and replay "+
 		"run both in one process; idle, stall, stall-snapshot and the second half of fanout run the server as a child process "+
-		"(memory read from its /proc status)",
+		"(memory read from its /proc status); peer runs Sparkles and Mercure each as a child process",
 		rep.Machine.NumCPU, rep.Machine.GOMAXPROCS)
 	for _, s := range scenarios {
-		if len(cfg.Scenarios) > 0 && !slices.Contains(cfg.Scenarios, s.name) {
+		if len(cfg.Scenarios) > 0 && !slices.Contains(cfg.Scenarios, s.name) || len(cfg.Scenarios) == 0 && optIn[s.name] {
 			continue
 		}
 		r := &runner{cfg: cfg, name: s.name}

@@ -14,8 +14,16 @@ import (
 )
 
 // TestMain lets the test binary be the child server of the idle and stall
-// scenarios, as `sparkles bench` is for the command.
+// scenarios, and the flooding agent of the peer scenario's child server, as
+// `sparkles bench` is for the command.
 func TestMain(m *testing.M) {
+	if os.Getenv(EnvFloodAgent) != "" {
+		if err := RunFloodAgent(context.Background(), os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench flood agent:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if dir := os.Getenv(EnvChild); dir != "" {
 		if err := RunChild(context.Background(), dir, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "bench child:", err)
@@ -26,10 +34,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestScenarios runs every scenario at its short sizes: the figures are not
-// held to anything here, only present, finite and complete.
+// TestScenarios runs every scenario that runs by default at its short
+// sizes: the figures are not held to anything here, only present, finite
+// and complete. The opt-in peer scenario needs a build of Mercure; its own
+// parts are tested in peer_test.go.
 func TestScenarios(t *testing.T) {
 	for _, name := range Names() {
+		if optIn[name] {
+			continue
+		}
 		t.Run(strings.ToUpper(name[:1])+name[1:], func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()

@@ -35,7 +35,7 @@ const EnvChild = "SPARKLES_BENCH_CHILD"
 // JSON reply per line on its stdout. The first line it writes, unasked, is
 // its address and token. It exits when its stdin closes.
 type childRequest struct {
-	Op   string   `json:"op"` // create, tools, load, stop, mem, profile, cpu; turns, settle, wake (agents)
+	Op   string   `json:"op"` // create, tools, load, stop, mem, profile, cpu; turns, settle, wake (agents); flood, unflood, filltools, file (peer)
 	N    int      `json:"n,omitempty"`
 	Fill int      `json:"fill,omitempty"` // events appended to each new sandbox
 	IDs  []string `json:"ids,omitempty"`
@@ -58,6 +58,7 @@ type childReply struct {
 	Delivered  int64     `json:"delivered,omitempty"`
 	Millis     []float64 `json:"millis,omitempty"` // wake: each turn's time to its first durable event
 	Writes     int64     `json:"writes,omitempty"` // the batches the deliveries were written in
+	File       *fileInfo `json:"file,omitempty"`   // file: the store file against what the sandbox holds
 	Err        string    `json:"err,omitempty"`
 }
 
@@ -84,6 +85,7 @@ func RunChild(ctx context.Context, dir string, in io.Reader, out io.Writer) erro
 		return err
 	}
 	var ld *loader
+	floods := map[string]string{} // sandbox id -> its flooding turn
 	defer func() {
 		if ld != nil {
 			ld.stop()
@@ -136,6 +138,20 @@ func RunChild(ctx context.Context, dir string, in io.Reader, out io.Writer) erro
 			err = l.agents.waitNone(ctx)
 		case "wake":
 			rep.Millis, err = wakeTurns(ctx, l, req.IDs)
+		case "flood":
+			err = startFloods(ctx, l, req.IDs, floods)
+		case "unflood":
+			err = stopFloods(ctx, l, floods)
+		case "filltools":
+			if rep.IDs, err = createSandboxes(ctx, l.coord, 1); err == nil {
+				g := &toolTurns{size: req.Fill}
+				err = g.append(ctx, l, rep.IDs[0], req.N)
+			}
+		case "file":
+			var u fileUse
+			if u, err = measureFile(ctx, l, req.IDs[0]); err == nil {
+				rep.File = &fileInfo{File: u.file, InUse: u.inUse, Events: u.events, EventN: u.eventN}
+			}
 		case "profile":
 			err = writeProfiles(req.Path)
 		case "cpu":

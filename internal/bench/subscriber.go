@@ -15,6 +15,7 @@ type subscriber struct {
 	hist    histogram // the goroutine's until done is closed
 	last    atomic.Uint64
 	count   atomic.Int64
+	bytes   atomic.Int64  // of the events' data
 	signal  chan struct{} // poked after each event
 	done    chan struct{}
 	closing atomic.Bool
@@ -63,6 +64,7 @@ func (sub *subscriber) run() {
 			sub.hist.record(time.Duration(time.Now().UnixNano() - at))
 		}
 		sub.last.Store(f.id)
+		sub.bytes.Add(int64(len(f.data)))
 		sub.count.Add(1)
 		select {
 		case sub.signal <- struct{}{}:

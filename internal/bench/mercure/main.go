@@ -2,7 +2,10 @@
 // its bolt transport on a loopback address, as the peer that `sparkles bench
 // --scenario peer` measures Sparkles against. It prints the address it
 // listens on as its first line on stdout, then serves until it is
-// interrupted or, with -stdin, until its standard input closes.
+// interrupted or, with -stdin, until its standard input closes. With -stdin
+// it also answers the line "gc" with "ok" once it has collected garbage and
+// returned the freed memory to the OS, so that a reading of its RSS holds
+// what is live, as the bench's own child server does before it is measured.
 //
 // It is a module of its own so that the main module's build and tests do not
 // depend on Mercure. Build it with internal/bench/mercure/run, or:
@@ -11,16 +14,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -51,7 +56,7 @@ func run() error {
 	anonymous := flag.Bool("anonymous", true, "allow subscribers without a JWT")
 	dispatch := flag.Duration("dispatch-timeout", mercure.DefaultDispatchTimeout, "how long an update may wait for a slow subscriber before it is disconnected")
 	heartbeat := flag.Duration("heartbeat", mercure.DefaultHeartbeat, "interval of the SSE heartbeat comment; 0 disables it")
-	watchStdin := flag.Bool("stdin", false, "exit when standard input closes (for a parent process that holds a pipe)")
+	watchStdin := flag.Bool("stdin", false, "exit when standard input closes (for a parent process that holds a pipe); answer \"gc\" with \"ok\" after a GC")
 	flag.Parse()
 	if *db == "" {
 		return errors.New("-db is required")
@@ -71,8 +76,17 @@ func run() error {
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
 		go func() {
-			_, _ = io.Copy(io.Discard, os.Stdin)
-			cancel()
+			defer cancel()
+			sc := bufio.NewScanner(os.Stdin)
+			for sc.Scan() {
+				if sc.Text() == "gc" {
+					for range 4 {
+						runtime.GC()
+					}
+					debug.FreeOSMemory()
+					fmt.Println("ok")
+				}
+			}
 		}()
 	}
 

@@ -1,0 +1,624 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// runPeer measures Sparkles and Mercure (a hub of github.com/dunglas/mercure
+// with its bolt transport, Config.PeerMercure) side by side, in one run on
+// one machine: each part measures Sparkles, then Mercure, under the same
+// load, and reports both values and their ratio, sparkles/mercure. Both
+// servers run as child processes of the bench, whose client drives them
+// alike: the same SSE reader, the same payload sizes.
+func runPeer(ctx context.Context, r *runner) error {
+	if r.cfg.PeerMercure == "" {
+		return errors.New("the peer scenario needs the mercure-peer binary: internal/bench/mercure/run builds it and runs the scenario, " +
+			"or pass its path with --peer-mercure (SPARKLES_BENCH_PEER_MERCURE)")
+	}
+	if _, err := os.Stat(r.cfg.PeerMercure); err != nil {
+		return fmt.Errorf("the peer scenario's mercure-peer binary: %w", err)
+	}
+	if lim := raiseFileLimit(1 << 16); lim < 8192 {
+		return fmt.Errorf("the open-file limit is %d; the peer scenario's connections need 8192 (ulimit -n)", lim)
+	}
+	producers := pick(r, []int{1, 16, 256}, []int{1, 4})
+	for i, n := range producers {
+		if err := peerProducers(ctx, r, n, i == len(producers)-1 && !r.cfg.Short); err != nil {
+			return fmt.Errorf("%s: %w", plural(n, "producer"), err)
+		}
+	}
+	if err := peerFanout(ctx, r); err != nil {
+		return fmt.Errorf("fan-out: %w", err)
+	}
+	if err := peerIdle(ctx, r); err != nil {
+		return fmt.Errorf("idle: %w", err)
+	}
+	if err := peerLog(ctx, r); err != nil {
+		return fmt.Errorf("replay and file size: %w", err)
+	}
+	return nil
+}
+
+// pair is one quantity measured on both servers.
+type pair struct {
+	name, unit        string
+	sparkles, mercure float64
+	cond              string // of both
+	sCond, mCond      string // of each side
+	// higher tells which way is better: then a ratio above 1 favours
+	// Sparkles, else one below 1 does.
+	higher bool
+	// target is what the ratio is held to (at least, when higher is
+	// better; at most otherwise); 0 for none.
+	target float64
+}
+
+// addPair adds the two values and their ratio, sparkles/mercure. A Mercure
+// value of zero has no ratio.
+func (r *runner) addPair(p pair) {
+	join := func(a, b string) string {
+		if a == "" || b == "" {
+			return a + b
+		}
+		return a + "; " + b
+	}
+	r.add(Figure{Name: p.name + ", sparkles", Value: p.sparkles, Unit: p.unit, Conditions: join(p.cond, p.sCond)})
+	r.add(Figure{Name: p.name + ", mercure", Value: p.mercure, Unit: p.unit, Conditions: join(p.cond, p.mCond)})
+	if p.mercure == 0 {
+		return
+	}
+	better := "below 1 favours Sparkles"
+	if p.higher {
+		better = "above 1 favours Sparkles"
+	}
+	f := Figure{Name: p.name + ", sparkles/mercure", Value: p.sparkles / p.mercure, Unit: "x",
+		Conditions: fmt.Sprintf("%s %s against %s %s; %s", formatNumber(p.sparkles, p.unit), p.unit, formatNumber(p.mercure, p.unit), p.unit, better)}
+	if p.target > 0 {
+		if p.higher {
+			f.Target, f.Met = fmt.Sprintf(">= %gx", p.target), atLeast(f.Value, p.target)
+		} else {
+			f.Target, f.Met = fmt.Sprintf("<= %gx", p.target), atLeast(p.target, f.Value)
+		}
+	}
+	r.add(f)
+}
+
+// peerProducers measures durable events/s with n producers: on Sparkles
+// an agent process per sandbox flooding tool_call updates during a turn,
+// on Mercure a publisher per topic, each waiting for its publish to be
+// acknowledged. Both count the events at an SSE subscriber per
+// sandbox or topic, over the same window once every subscriber has seen
+// its first event.
+func peerProducers(ctx context.Context, r *runner, n int, target bool) error {
+	d := pick(r, 5*time.Second, 300*time.Millisecond)
+	s, err := sparklesProducers(ctx, r, n, d)
+	if err != nil {
+		return fmt.Errorf("sparkles: %w", err)
+	}
+	size := int(s.bytes / max(s.events, 1))
+	m, err := mercureProducers(ctx, r, n, d, size)
+	if err != nil {
+		return fmt.Errorf("mercure: %w", err)
+	}
+	p := pair{name: "durable events/s, " + plural(n, "producer"), unit: "events/s", sparkles: s.rate, mercure: m.rate, higher: true,
+		cond: fmt.Sprintf("%s, each with its own sandbox or topic and an SSE subscriber on it that counts; events of %d bytes of data; counted over %s once every subscriber had its first",
+			plural(n, "producer"), size, d),
+		sCond: fmt.Sprintf("an ACP agent process per sandbox floods tool_call updates during a turn as fast as its stdout pipe takes them: translation, group commit, fsync, SSE (%.0f events)", float64(s.window)),
+		mCond: fmt.Sprintf("a publisher per topic POSTs each update and waits for its 200, which answers after the bolt commit (%.0f events, %.0f acknowledged)", float64(m.window), float64(m.acked)),
+	}
+	if target {
+		p.target = 20
+	}
+	r.addPair(p)
+	return nil
+}
+
+type producersResult struct {
+	rate          float64
+	window, acked int64 // events counted in the window; publishes acknowledged in it
+	events, bytes int64 // over the whole run, for the payload size
+}
+
+func sparklesProducers(ctx context.Context, r *runner, n int, d time.Duration) (producersResult, error) {
+	c, closeServer, err := r.child(ctx, EnvChildAgent+"=flood")
+	if err != nil {
+		return producersResult{}, err
+	}
+	defer closeServer()
+	created, err := c.do(ctx, childRequest{Op: "create", N: n})
+	if err != nil {
+		return producersResult{}, err
+	}
+	subs, err := subscribeAll(ctx, c.addr, c.token, created.IDs)
+	if err != nil {
+		return producersResult{}, err
+	}
+	defer closeAll(subs)
+	r.logf("sparkles: %s flooding", plural(n, "agent"))
+	if _, err := c.do(ctx, childRequest{Op: "flood", IDs: created.IDs}); err != nil {
+		return producersResult{}, err
+	}
+	count := func() (sum int64) {
+		for _, s := range subs {
+			sum += s.count.Load()
+		}
+		return sum
+	}
+	for _, s := range subs {
+		if err := s.waitFor(ctx, 1); err != nil {
+			return producersResult{}, err
+		}
+	}
+	c0, t0 := count(), time.Now()
+	if err := sleepCtx(ctx, d); err != nil {
+		return producersResult{}, err
+	}
+	c1, t1 := count(), time.Now()
+	if _, err := c.do(ctx, childRequest{Op: "unflood"}); err != nil {
+		return producersResult{}, err
+	}
+	_, events, err := closeAll(subs)
+	if err != nil {
+		return producersResult{}, err
+	}
+	var bytes int64
+	for _, s := range subs {
+		bytes += s.bytes.Load()
+	}
+	return producersResult{rate: perSecond(c1-c0, t1.Sub(t0)), window: c1 - c0, events: events, bytes: bytes}, nil
+}
+
+func mercureProducers(ctx context.Context, r *runner, n int, d time.Duration, size int) (producersResult, error) {
+	p, closePeer, err := r.peer(ctx)
+	if err != nil {
+		return producersResult{}, err
+	}
+	defer closePeer()
+	topics := make([]string, n)
+	for i := range topics {
+		topics[i] = peerTopic(i)
+	}
+	subs, err := p.subscribeAll(ctx, topics)
+	if err != nil {
+		return producersResult{}, err
+	}
+	defer closeMercure(subs)
+	r.logf("mercure: %s publishing", plural(n, "producer"))
+	pub := p.publisher(n)
+	defer pub.close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		acked atomic.Int64
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for _, topic := range topics {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if _, err := pub.publish(ctx, topic, stampedPayload(size)); err != nil {
+					if ctx.Err() == nil {
+						mu.Lock()
+						first = errors.Join(first, err)
+						mu.Unlock()
+						cancel()
+					}
+					return
+				}
+				acked.Add(1)
+			}
+		})
+	}
+	stop := func() error {
+		cancel()
+		wg.Wait()
+		return first
+	}
+	count := func() (sum int64) {
+		for _, s := range subs {
+			sum += s.count.Load()
+		}
+		return sum
+	}
+	for _, s := range subs {
+		if err := s.waitCount(ctx, 1); err != nil {
+			return producersResult{}, errors.Join(stop(), err)
+		}
+	}
+	c0, a0, t0 := count(), acked.Load(), time.Now()
+	if err := sleepCtx(ctx, d); err != nil {
+		return producersResult{}, errors.Join(stop(), err)
+	}
+	c1, a1, t1 := count(), acked.Load(), time.Now()
+	if err := stop(); err != nil {
+		return producersResult{}, err
+	}
+	return producersResult{rate: perSecond(c1-c0, t1.Sub(t0)), window: c1 - c0, acked: a1 - a0}, nil
+}
+
+// peerFanout measures one sandbox or topic streamed to many subscribers:
+// one event at a time at a steady rate, each waiting for durability, and
+// every subscriber reads every one.
+func peerFanout(ctx context.Context, r *runner) error {
+	n, d, rate := pick(r, 1000, 20), pick(r, 10*time.Second, 500*time.Millisecond), pick(r, 200.0, 50.0)
+	s, err := sparklesFanout(ctx, r, n, d, rate)
+	if err != nil {
+		return fmt.Errorf("sparkles: %w", err)
+	}
+	size := int(s.bytes / max(s.deliveries, 1))
+	m, err := mercureFanout(ctx, r, n, d, rate, size)
+	if err != nil {
+		return fmt.Errorf("mercure: %w", err)
+	}
+	cond := fmt.Sprintf("1 sandbox or topic, %d SSE subscribers, events of %d bytes of data appended or published one at a time at %.0f/s for %s, "+
+		"each waiting for durability; until the last subscriber read the last event", n, size, rate, d)
+	at := fmt.Sprintf(" at %.0f events/s x %d subscribers", rate, n)
+	r.addPair(pair{name: "fan-out deliveries/s" + at, unit: "deliveries/s", sparkles: s.rate, mercure: m.rate, higher: true, cond: cond,
+		sCond: fmt.Sprintf("%d events appended by a loader inside the server", s.events),
+		mCond: fmt.Sprintf("%d events published by one client, each waiting for its 200", m.events)})
+	r.addPair(pair{name: "fan-out latency p99" + at, unit: "ms", sparkles: ms(s.hist.quantile(0.99)), mercure: ms(m.hist.quantile(0.99)),
+		cond:  "from the publisher's timestamp in the payload, taken before the append or the POST, to the frame parsed by the subscriber",
+		sCond: fmt.Sprintf("p50 %.2f ms, %d samples", ms(s.hist.quantile(0.5)), s.hist.n),
+		mCond: fmt.Sprintf("p50 %.2f ms, %d samples", ms(m.hist.quantile(0.5)), m.hist.n)})
+	return nil
+}
+
+type fanoutResult struct {
+	rate               float64
+	hist               histogram
+	events, deliveries int64
+	bytes              int64
+}
+
+func sparklesFanout(ctx context.Context, r *runner, n int, d time.Duration, rate float64) (fanoutResult, error) {
+	c, closeServer, err := r.child(ctx)
+	if err != nil {
+		return fanoutResult{}, err
+	}
+	defer closeServer()
+	created, err := c.do(ctx, childRequest{Op: "create", N: 1})
+	if err != nil {
+		return fanoutResult{}, err
+	}
+	r.logf("sparkles: %d subscribers of one sandbox", n)
+	subs, err := subscribeAll(ctx, c.addr, c.token, slices.Repeat(created.IDs, n))
+	if err != nil {
+		return fanoutResult{}, err
+	}
+	defer closeAll(subs)
+	start := time.Now()
+	if _, err := c.do(ctx, childRequest{Op: "load", IDs: created.IDs, Rate: rate, Size: eventSize}); err != nil {
+		return fanoutResult{}, err
+	}
+	if err := sleepCtx(ctx, d); err != nil {
+		return fanoutResult{}, err
+	}
+	end, err := c.do(ctx, childRequest{Op: "stop"})
+	if err != nil {
+		return fanoutResult{}, err
+	}
+	if err := waitAll(ctx, subs, slices.Repeat(end.Lasts, n)); err != nil {
+		return fanoutResult{}, err
+	}
+	elapsed := time.Since(start)
+	var bytes int64
+	for _, s := range subs {
+		bytes += s.bytes.Load()
+	}
+	h, deliveries, err := closeAll(subs)
+	if err != nil {
+		return fanoutResult{}, err
+	}
+	if want := end.Appended * int64(n); deliveries != want {
+		return fanoutResult{}, fmt.Errorf("%d deliveries, want %d (%d events to %d subscribers)", deliveries, want, end.Appended, n)
+	}
+	return fanoutResult{rate: perSecond(deliveries, elapsed), hist: h, events: end.Appended, deliveries: deliveries, bytes: bytes}, nil
+}
+
+func mercureFanout(ctx context.Context, r *runner, n int, d time.Duration, rate float64, size int) (fanoutResult, error) {
+	p, closePeer, err := r.peer(ctx)
+	if err != nil {
+		return fanoutResult{}, err
+	}
+	defer closePeer()
+	r.logf("mercure: %d subscribers of one topic", n)
+	subs, err := p.subscribeAll(ctx, slices.Repeat([]string{peerTopic(0)}, n))
+	if err != nil {
+		return fanoutResult{}, err
+	}
+	defer closeMercure(subs)
+	pub := p.publisher(1)
+	defer pub.close()
+	start := time.Now()
+	deadline := start.Add(d)
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	var published int64
+	for {
+		select {
+		case <-ctx.Done():
+			return fanoutResult{}, ctx.Err()
+		case now := <-tick.C:
+			if now.After(deadline) {
+				goto done
+			}
+		}
+		if _, err := pub.publish(ctx, peerTopic(0), stampedPayload(size)); err != nil {
+			return fanoutResult{}, err
+		}
+		published++
+	}
+done:
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for _, s := range subs {
+		if err := s.waitCount(wctx, published); err != nil {
+			return fanoutResult{}, err
+		}
+	}
+	elapsed := time.Since(start)
+	h, deliveries, err := closeMercure(subs)
+	if err != nil {
+		return fanoutResult{}, err
+	}
+	if want := published * int64(n); deliveries != want {
+		return fanoutResult{}, fmt.Errorf("%d deliveries, want %d (%d events to %d subscribers)", deliveries, want, published, n)
+	}
+	return fanoutResult{rate: perSecond(deliveries, elapsed), hist: h, events: published, deliveries: deliveries}, nil
+}
+
+// peerIdle measures what an idle SSE connection costs each server: its
+// process's RSS before and after, each read after a GC that returns freed
+// memory to the OS.
+func peerIdle(ctx context.Context, r *runner) error {
+	n, topics := pick(r, 5000, 200), pick(r, 100, 10)
+	s, err := sparklesIdle(ctx, r, n, topics)
+	if err != nil {
+		return fmt.Errorf("sparkles: %w", err)
+	}
+	m, err := mercureIdle(ctx, r, n, topics)
+	if err != nil {
+		return fmt.Errorf("mercure: %w", err)
+	}
+	per := func(a, b int64) float64 { return float64(a-b) / float64(n) / 1024 }
+	r.addPair(pair{name: fmt.Sprintf("RSS per idle SSE connection at %d", n), unit: "KiB",
+		sparkles: per(s[1].RSS, s[0].RSS), mercure: per(m[1].RSS, m[0].RSS),
+		cond:  fmt.Sprintf("%d streams over %d sandboxes or topics, each past its first response bytes, no events; the server process's VmRSS before and after, each after a GC", n, topics),
+		sCond: fmt.Sprintf("VmRSS %.1f -> %.1f MiB", mib(s[0].RSS), mib(s[1].RSS)),
+		mCond: fmt.Sprintf("VmRSS %.1f -> %.1f MiB", mib(m[0].RSS), mib(m[1].RSS))})
+	return nil
+}
+
+func sparklesIdle(ctx context.Context, r *runner, n, sandboxes int) ([2]procMem, error) {
+	var mem [2]procMem
+	c, closeServer, err := r.child(ctx)
+	if err != nil {
+		return mem, err
+	}
+	defer closeServer()
+	created, err := c.do(ctx, childRequest{Op: "create", N: sandboxes})
+	if err != nil {
+		return mem, err
+	}
+	if mem[0], _, err = settledMem(ctx, c); err != nil {
+		return mem, err
+	}
+	r.logf("sparkles: opening %d streams", n)
+	streams := make([]*stream, n)
+	defer func() {
+		for _, s := range streams {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}()
+	err = parallel(ctx, n, 64, func(ctx context.Context, i int) error {
+		var err error
+		streams[i], err = openStream(ctx, c.addr, c.token, created.IDs[i%len(created.IDs)], -1, 4<<10)
+		return err
+	})
+	if err != nil {
+		return mem, err
+	}
+	after, rep, err := settledMem(ctx, c)
+	if err != nil {
+		return mem, err
+	}
+	if rep.Streams != int64(n) {
+		return mem, fmt.Errorf("the server counts %d open streams, want %d", rep.Streams, n)
+	}
+	mem[1] = after
+	return mem, nil
+}
+
+func mercureIdle(ctx context.Context, r *runner, n, topics int) ([2]procMem, error) {
+	var mem [2]procMem
+	p, closePeer, err := r.peer(ctx)
+	if err != nil {
+		return mem, err
+	}
+	defer closePeer()
+	if mem[0], err = p.settledMem(ctx); err != nil {
+		return mem, err
+	}
+	r.logf("mercure: opening %d streams", n)
+	streams := make([]*stream, n)
+	defer func() {
+		for _, s := range streams {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}()
+	err = parallel(ctx, n, 64, func(ctx context.Context, i int) error {
+		var err error
+		streams[i], err = openMercure(ctx, p.addr, peerTopic(i%topics), "", 4<<10)
+		return err
+	})
+	if err != nil {
+		return mem, err
+	}
+	mem[1], err = p.settledMem(ctx)
+	return mem, err
+}
+
+// peerLog fills one sandbox and one topic with the same number of events
+// of the same size, then measures the file each store keeps them in and
+// the time to replay them all over SSE from the start.
+func peerLog(ctx context.Context, r *runner) error {
+	n := pick(r, 100000, 2000)
+	turn := pick(r, 1000, 100)
+	s, err := sparklesLog(ctx, r, n, turn)
+	if err != nil {
+		return fmt.Errorf("sparkles: %w", err)
+	}
+	m, err := mercureLog(ctx, r, n, s.sample)
+	if err != nil {
+		return fmt.Errorf("mercure: %w", err)
+	}
+	r.addPair(pair{name: fmt.Sprintf("file size after %d events", n), unit: "MiB", sparkles: mib(s.file), mercure: mib(m.file),
+		cond: fmt.Sprintf("%d events of about %d bytes in one sandbox or topic: Mercure's data is the JSON of one of the Sparkles events", n, len(s.sample)),
+		sCond: fmt.Sprintf("appended 100 per call in turns of %d tool calls, WAL drained; %.1f MiB of event JSON, %.1f MiB of pages in use; filled in %.1f s",
+			turn, mib(s.events), mib(s.inUse), s.fill.Seconds()),
+		mCond: fmt.Sprintf("%d publishers POSTing one update at a time, each acknowledged; filled in %.1f s", mercureFillers, m.fill.Seconds())})
+	replayCond := fmt.Sprintf("the %d events above read by one SSE client from the start (Sparkles since=0, Mercure lastEventID=earliest); median of 3", n)
+	if m.got < int64(n) {
+		r.add(Figure{Name: fmt.Sprintf("replay of %d events, sparkles", n), Value: s.replay.Seconds(), Unit: "s", Conditions: replayCond})
+		r.add(Figure{Name: fmt.Sprintf("replay of %d events, mercure: events received", n), Value: float64(m.got), Unit: "events",
+			Conditions: fmt.Sprintf("%s; Mercure's stream of history ended after %d events (%s), and no reconnection with Last-Event-ID brought more", replayCond, m.got, m.why)})
+		r.addPair(pair{name: "replay rate", unit: "events/s", sparkles: perSecond(int64(n), s.replay), mercure: perSecond(m.got, m.replay), higher: true,
+			cond: replayCond + "; Mercure's over the events it sent"})
+		return nil
+	}
+	r.addPair(pair{name: fmt.Sprintf("replay of %d events", n), unit: "s", sparkles: s.replay.Seconds(), mercure: m.replay.Seconds(), cond: replayCond})
+	return nil
+}
+
+type logResult struct {
+	file, inUse, events int64
+	fill, replay        time.Duration
+	got                 int64  // events replayed
+	why                 string // the replay ended short: why
+	sample              []byte // one event's data as streamed
+}
+
+func sparklesLog(ctx context.Context, r *runner, n, turn int) (logResult, error) {
+	var res logResult
+	c, closeServer, err := r.child(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer closeServer()
+	r.logf("sparkles: appending %d events", n)
+	start := time.Now()
+	filled, err := c.do(ctx, childRequest{Op: "filltools", N: n, Fill: turn})
+	if err != nil {
+		return res, err
+	}
+	res.fill = time.Since(start)
+	id := filled.IDs[0]
+	u, err := c.do(ctx, childRequest{Op: "file", IDs: []string{id}})
+	if err != nil {
+		return res, err
+	}
+	if u.File.EventN != n {
+		return res, fmt.Errorf("the sandbox holds %d events, want %d", u.File.EventN, n)
+	}
+	res.file, res.inUse, res.events = u.File.File, u.File.InUse, u.File.Events
+	var times []time.Duration
+	for range 3 {
+		d, sample, err := replaySparkles(ctx, c.addr, c.token, id, n)
+		if err != nil {
+			return res, err
+		}
+		times, res.sample = append(times, d), sample
+	}
+	slices.Sort(times)
+	res.replay, res.got = times[1], int64(n)
+	return res, nil
+}
+
+// replaySparkles reads n events over one stream from since=0 and returns
+// how long that took, and the data of a tool.updated event.
+func replaySparkles(ctx context.Context, addr, token, id string, n int) (time.Duration, []byte, error) {
+	start := time.Now()
+	s, err := openStream(ctx, addr, token, id, 0, 64<<10)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer s.Close()
+	defer s.closeOnDone(ctx)()
+	var sample []byte
+	for got := 0; got < n; {
+		f, err := s.next()
+		if err != nil {
+			return 0, nil, fmt.Errorf("after %d events: %w", got, err)
+		}
+		if f.id == 0 {
+			continue
+		}
+		got++
+		if sample == nil && string(f.event) == string(sandbox.TypeToolUpdated) {
+			sample = append([]byte(nil), f.data...)
+		}
+	}
+	if sample == nil {
+		return 0, nil, errors.New("the log holds no tool.updated event")
+	}
+	return time.Since(start), sample, nil
+}
+
+// mercureFillers is how many publishers fill Mercure's topic for peerLog.
+const mercureFillers = 16
+
+func mercureLog(ctx context.Context, r *runner, n int, payload []byte) (logResult, error) {
+	var res logResult
+	p, closePeer, err := r.peer(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer closePeer()
+	r.logf("mercure: publishing %d events", n)
+	pub := p.publisher(mercureFillers)
+	defer pub.close()
+	start := time.Now()
+	var next atomic.Int64
+	err = parallel(ctx, mercureFillers, mercureFillers, func(ctx context.Context, _ int) error {
+		for next.Add(1) <= int64(n) {
+			if _, err := pub.publish(ctx, peerTopic(0), string(payload)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	res.fill = time.Since(start)
+	fi, err := os.Stat(p.db)
+	if err != nil {
+		return res, err
+	}
+	res.file = fi.Size()
+	var times []time.Duration
+	for range 3 {
+		d, got, why, err := replayMercure(ctx, p.addr, peerTopic(0), n)
+		if err != nil {
+			return res, err
+		}
+		times, res.got, res.why = append(times, d), got, why
+	}
+	slices.Sort(times)
+	res.replay = times[1]
+	return res, nil
+}

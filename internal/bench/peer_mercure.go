@@ -375,7 +375,7 @@ func replayMercure(ctx context.Context, addr, topic string, n int) (elapsed time
 		}
 		if last != "earliest" && after != last {
 			s.Close()
-			return time.Since(start), got, fmt.Sprintf("a subscription after the last update read was answered Last-Event-ID: %s, not the id asked for", after), nil
+			return time.Since(start), got, "a subscription after the last update read was answered with another Last-Event-ID: the hub did not find the one asked for", nil
 		}
 		stop := s.closeOnDone(ctx)
 		var this int64

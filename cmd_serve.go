@@ -1,34 +1,19 @@
 package main
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/sparkles-dev/sparkles/boltstore"
-	"github.com/sparkles-dev/sparkles/internal/agent"
-	"github.com/sparkles-dev/sparkles/internal/cluster"
+	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/confine"
-	"github.com/sparkles-dev/sparkles/internal/coordinator"
-	"github.com/sparkles-dev/sparkles/internal/metrics"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
-	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/retention"
-	"github.com/sparkles-dev/sparkles/sandbox"
-	"github.com/sparkles-dev/sparkles/server"
-	"github.com/sparkles-dev/sparkles/web"
 	"github.com/urfave/cli/v2"
 )
 
@@ -92,7 +77,7 @@ func newServeCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("--agent-memory-max %q: want a size such as 512M or 4G", c.String("agent-memory-max"))
 			}
-			m := &Main{
+			m := &app.Main{
 				Addr:            c.String("addr"),
 				DataDir:         c.String("data-dir"),
 				StoreURL:        c.String("store"),
@@ -135,7 +120,10 @@ func newServeCommand() *cli.Command {
 				return err
 			}
 			greet(os.Stdout, m)
-			<-ctx.Done()
+			if err := m.Wait(ctx); err != nil {
+				logger.Error("stopping: the server no longer serves", "err", err)
+				return errors.Join(err, m.Close())
+			}
 			logger.Info("shutting down")
 			return m.Close()
 		},
@@ -167,219 +155,6 @@ func defaultDataDir() string {
 	return "sparkles-data"
 }
 
-// Store is what serve needs of an event store: what the coordinator and the
-// retention loop use, and the consistency check. The bbolt file and NATS
-// JetStream both provide it.
-type Store interface {
-	sandbox.Store
-	retention.Store
-	Check() error
-}
-
-var (
-	_ Store = (*boltstore.Store)(nil)
-	_ Store = (*natsstore.Store)(nil)
-)
-
-// Main is the running server: the store, the coordinator and the HTTP server,
-// wired as plain fields so tests can build one too.
-type Main struct {
-	Addr    string
-	DataDir string
-	// StoreURL chooses the store: empty for the bbolt file in DataDir,
-	// nats://HOST:PORT for NATS JetStream, shared with the other
-	// coordinators on it (NodeID names this one among them; LeaseTTL is
-	// how long its sandboxes stay its own after it stops renewing).
-	StoreURL        string
-	NodeID          string
-	LeaseTTL        time.Duration
-	NATSReplicas    int // of the stream and buckets that serve creates on NATS; 0 is 1
-	Token           string
-	Keepalive       time.Duration
-	Agents          registry.Registry
-	DefaultAgent    string
-	BootTimeout     time.Duration
-	TurnTimeout     time.Duration
-	ApprovalTimeout time.Duration
-	FlushInterval   time.Duration
-	CORSOrigins     []string
-	Retention       retention.Config // Store, DataDir, Logger and Observer are set by Run
-	Logger          *slog.Logger
-	// Isolation "off" runs agent processes with the server user's rights;
-	// anything else, the zero value included, confines them (Confine says
-	// how; its DataDir and Logger are set by Run) and Run fails where this
-	// machine cannot.
-	Isolation string
-	Confine   confine.Options
-	// StartEmpty lets the bbolt store start on a new file where the data
-	// dir's is missing or empty while sandbox directories remain.
-	StartEmpty bool
-
-	// AgentIdleTimeout and MaxAgents: see coordinator.Config.
-	AgentIdleTimeout time.Duration
-	MaxAgents        int
-
-	Metrics     *metrics.Metrics
-	Store       Store              // opened by Run unless set before it (a wrapped store in tests); Close closes it
-	Cluster     *natsstore.Cluster // with a NATS store only
-	Retainer    *retention.Loop
-	Coordinator *coordinator.Coordinator
-	Server      *server.Server
-	Listener    net.Listener
-	Launcher    *confine.Launcher // nil when agents run unconfined
-	isolation   string            // what confines agents, for /readyz and the log
-	serveErr    chan error
-	// writable, when set, says whether the store takes writes (the bbolt
-	// file is still at its path), for /readyz.
-	writable func() error
-}
-
-// Run opens everything and starts serving; it returns once the server
-// listens. Every failure is one sentence that says what to do.
-func (m *Main) Run(ctx context.Context) error {
-	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
-		return fmt.Errorf("cannot create data dir %s (%v); pass a writable --data-dir", m.DataDir, unwrapPath(err))
-	}
-	if err := checkWritable(m.DataDir); err != nil {
-		return err
-	}
-	token, tokenPath, err := loadToken(m.DataDir, m.Token)
-	if err != nil {
-		return err
-	}
-	if err := m.openLauncher(); err != nil {
-		return err
-	}
-	m.Metrics = metrics.New()
-	st, where := m.Store, "the given store"
-	if st == nil {
-		if st, where, err = m.openStore(ctx); err != nil {
-			return err
-		}
-	}
-	m.Store = st
-	var cluster cluster.Cluster
-	if m.Cluster != nil {
-		cluster = m.Cluster
-	}
-	co, err := coordinator.New(coordinator.Config{
-		Store:           st,
-		DataDir:         m.DataDir,
-		Agents:          m.Agents,
-		DefaultAgent:    m.DefaultAgent,
-		Launcher:        launcher(m.Launcher),
-		BootTimeout:     m.BootTimeout,
-		TurnTimeout:     m.TurnTimeout,
-		ApprovalTimeout: m.ApprovalTimeout,
-		FlushInterval:   m.FlushInterval,
-		Logger:          m.Logger,
-		Observer:        m.Metrics,
-		Cluster:         cluster,
-		// Whatever an agent prints, neither the server token nor the
-		// sandbox's stream token leaves in one of its strings.
-		Redact:           func(id string) []string { return []string{token, server.StreamToken(token, id)} },
-		AgentIdleTimeout: m.AgentIdleTimeout,
-		MaxAgents:        m.MaxAgents,
-	})
-	if err != nil {
-		return err
-	}
-	m.Coordinator = co
-	if err := co.Recover(ctx); err != nil {
-		return fmt.Errorf("recovering sandboxes from %s: %w", where, err)
-	}
-	rc := m.Retention
-	rc.Store, rc.DataDir, rc.Logger, rc.Observer = st, m.DataDir, m.Logger, m.Metrics
-	m.Retainer = retention.New(rc)
-	m.Retainer.Start()
-	m.Server = server.New(server.Config{
-		Backend:     co,
-		CORSOrigins: m.CORSOrigins,
-		Token:       token,
-		Keepalive:   m.Keepalive,
-		Logger:      m.Logger,
-		Metrics:     m.Metrics.Handler(),
-		Observer:    m.Metrics,
-		Ready:       m.ready,
-		Isolation:   m.isolation,
-		Static:      web.Handler(),
-	})
-	l, err := m.Server.Listen(m.Addr)
-	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("address %s is already in use; stop the other server or pass --addr", m.Addr)
-		}
-		return fmt.Errorf("cannot listen on %s: %w", m.Addr, err)
-	}
-	m.Listener = l
-	m.serveErr = make(chan error, 1)
-	go func() { m.serveErr <- m.Server.Serve(l) }()
-	if tokenPath != "" {
-		m.Logger.Info("token file", "path", tokenPath)
-	}
-	if host, _, err := net.SplitHostPort(l.Addr().String()); err == nil {
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			m.Logger.Warn("listening beyond this machine: anyone who can reach this address and holds the token controls the agents", "addr", l.Addr().String())
-		}
-	}
-	m.Logger.Info("sparkles is serving", "console", "http://"+l.Addr().String()+"/", "api", "http://"+l.Addr().String()+"/v1", "data_dir", m.DataDir, "isolation", m.isolation)
-	return nil
-}
-
-// openLauncher confines agent processes unless isolation is off, and
-// fails, naming the flag that switches it off, where the machine cannot:
-// never run agents unconfined without being told to.
-func (m *Main) openLauncher() error {
-	switch {
-	case m.Isolation == "off":
-		if m.Confine.Network == confine.NetworkNone {
-			return errors.New("--agent-network none needs isolation; drop --isolation=off")
-		}
-		for _, name := range m.Agents.Names() {
-			if m.Agents[name].Confined() {
-				return fmt.Errorf("agent %q sets network, read_paths or write_paths, which need isolation; drop --isolation=off or those settings", name)
-			}
-		}
-		m.isolation = "off"
-		m.Logger.Warn("agents run unconfined, with the server user's rights (--isolation=off)")
-		return nil
-	case m.Isolation != "" && m.Isolation != "on":
-		return fmt.Errorf("--isolation %q: want on or off", m.Isolation)
-	case len(m.Agents) == 0:
-		m.isolation = "none needed: no agent processes"
-		return nil
-	}
-	opts := m.Confine
-	opts.DataDir, opts.Logger = m.DataDir, m.Logger
-	l, err := confine.New(opts)
-	var bad *confine.OptionError
-	if errors.As(err, &bad) {
-		flag := map[string]string{"Network": "--agent-network", "ReadPaths": "--agent-read-path", "WritePaths": "--agent-write-path"}[bad.Field]
-		return fmt.Errorf("%s %s", flag, bad.Msg)
-	}
-	if err != nil {
-		return fmt.Errorf("agents cannot be confined on this machine: %v; pass --isolation=off (SPARKLES_ISOLATION=off) to run them unconfined, with the server user's rights", err)
-	}
-	for _, name := range m.Agents.Names() {
-		a := m.Agents[name]
-		if err := l.Check(confinementOf(a)); errors.As(err, &bad) {
-			field := map[string]string{"Network": "network", "ReadPaths": "read_paths", "WritePaths": "write_paths"}[bad.Field]
-			return fmt.Errorf("agent %q: %s %s", name, field, bad.Msg)
-		}
-	}
-	m.Launcher, m.isolation = l, l.Isolation()
-	m.Logger.Info("agents are confined", append([]any{"isolation", m.isolation}, l.LogAttrs()...)...)
-	return nil
-}
-
-// launcher keeps a nil *confine.Launcher from becoming a non-nil interface.
-func launcher(l *confine.Launcher) agent.Launcher {
-	if l == nil {
-		return nil
-	}
-	return l
-}
-
 // parseSize reads a byte count with an optional K, M or G (binary) suffix.
 func parseSize(s string) (int64, error) {
 	mult := int64(1)
@@ -396,203 +171,4 @@ func parseSize(s string) (int64, error) {
 		return 0, errors.New("not a size")
 	}
 	return n * mult, nil
-}
-
-// openStore opens the store StoreURL names and, on NATS, joins the cluster
-// of coordinators sharing it. where names the store for messages.
-func (m *Main) openStore(ctx context.Context) (st Store, where string, err error) {
-	if m.StoreURL == "" {
-		where = filepath.Join(m.DataDir, "sparkles.db")
-		if err := m.checkDatabaseKept(where); err != nil {
-			return nil, "", err
-		}
-		bs, err := boltstore.Open(where, boltstore.Options{Timeout: time.Second, Logger: m.Logger, Observer: m.Metrics})
-		if _, ok := errors.AsType[*boltstore.DamagedError](err); ok {
-			return nil, "", fmt.Errorf("%w. Restore it from a copy that sparkles db check passes, "+
-				"or move it away and pass --start-empty to start without its sandboxes", err)
-		}
-		if err != nil {
-			return nil, "", err
-		}
-		m.writable = bs.Writable
-		return bs, where, nil
-	}
-	// Several servers of one JetStream cluster are given comma-separated,
-	// so the connection moves to another when one goes away.
-	var wheres []string
-	for _, part := range strings.Split(m.StoreURL, ",") {
-		u, err := url.Parse(strings.TrimSpace(part))
-		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
-			return nil, "", fmt.Errorf("--store %q: want nats://HOST:PORT (or tls://HOST:PORT; several of one cluster comma-separated), or nothing for the bbolt file in --data-dir", m.StoreURL)
-		}
-		wheres = append(wheres, u.Redacted())
-	}
-	where = strings.Join(wheres, ",")
-	if m.NATSReplicas < 0 || m.NATSReplicas > 5 {
-		return nil, "", fmt.Errorf("--nats-replicas %d: JetStream keeps 1 to 5 replicas (3 on a cluster of 3 or more servers)", m.NATSReplicas)
-	}
-	if m.NodeID == "" {
-		m.NodeID = natsstore.DefaultNodeName()
-	}
-	// The stream's own age limit is a safety net far above the retention
-	// loop's, which prunes first and moves the watermarks as it does.
-	safety := 2 * max(m.Retention.MaxAge, retention.DefaultMaxAge)
-	ns, err := natsstore.Open(ctx, m.StoreURL, natsstore.Options{Logger: m.Logger, MaxAge: safety, Observer: m.Metrics, Replicas: m.NATSReplicas})
-	if err != nil {
-		return nil, "", fmt.Errorf("cannot open the NATS store at %s: %w", where, err)
-	}
-	cl, err := ns.JoinCluster(ctx, natsstore.ClusterOptions{Node: m.NodeID, LeaseTTL: m.LeaseTTL, Logger: m.Logger, Replicas: m.NATSReplicas})
-	if err != nil {
-		ns.Close()
-		if errors.Is(err, natsstore.ErrNodeInUse) {
-			return nil, "", fmt.Errorf("node id %q is taken by a live coordinator on %s; pass another --node-id (if it was this node's last run, its registration expires within --lease-ttl)", m.NodeID, where)
-		}
-		return nil, "", fmt.Errorf("cannot join the coordinators on %s: %w", where, err)
-	}
-	m.Cluster = cl
-	m.Logger.Info("sharing the NATS store with other coordinators", "store", where, "node", cl.Node(), "lease_ttl", cl.TTL())
-	return ns, where, nil
-}
-
-// Close shuts down in order: streams end and HTTP stops, running turns are
-// completed and agents stopped, then the store commits what is queued and closes.
-// With a NATS store, this node's leases go after its turns are settled, so
-// another node can take its sandboxes at once.
-func (m *Main) Close() error {
-	var errs []error
-	if m.Server != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		errs = append(errs, m.Server.Shutdown(ctx))
-		cancel()
-	}
-	if m.Coordinator != nil {
-		errs = append(errs, m.Coordinator.Close())
-	}
-	if m.Cluster != nil {
-		errs = append(errs, m.Cluster.Close())
-	}
-	if m.Retainer != nil {
-		errs = append(errs, m.Retainer.Close())
-	}
-	if m.Store != nil {
-		errs = append(errs, m.Store.Close())
-	}
-	return errors.Join(errs...)
-}
-
-// ready is what /readyz asks: the store answers and takes writes,
-// retention runs, and with a NATS store the connection, the stream and the
-// bucket are up and this node's leases hold.
-func (m *Main) ready() error {
-	if _, _, err := m.Store.Sandboxes(context.Background(), "", 1); err != nil {
-		return fmt.Errorf("the database does not answer (%w); see the server log", err)
-	}
-	if m.writable != nil {
-		if err := m.writable(); err != nil {
-			return errors.New("the database file was deleted or replaced under the running server: it takes no writes; see the server log")
-		}
-	}
-	// A store that answers reads may still refuse writes (a full disk):
-	// such a server can show logs but run no turn.
-	if err := m.Coordinator.Writable(); err != nil {
-		var se *sandbox.Error
-		if errors.As(err, &se) {
-			return errors.New(se.Message)
-		}
-		return err
-	}
-	if h, ok := m.Store.(interface{ Health(context.Context) error }); ok {
-		if err := h.Health(context.Background()); err != nil {
-			return fmt.Errorf("the NATS store cannot write: %w", err)
-		}
-	}
-	if !m.Retainer.Alive() {
-		return errors.New("the retention loop is not running or makes no progress; see the server log for its last error")
-	}
-	if m.Cluster != nil {
-		return m.Cluster.Ready()
-	}
-	return nil
-}
-
-// checkDatabaseKept refuses to start on a new database where the data dir's
-// is missing or empty (0 bytes) while sandbox directories remain: that is a
-// database lost (deleted, truncated, a restore that failed), and starting
-// would forget every sandbox without a word. StartEmpty says to go on.
-func (m *Main) checkDatabaseKept(path string) error {
-	info, err := os.Stat(path)
-	if err == nil && info.Size() > 0 || err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil // a database, or an error the store's open reports
-	}
-	state := "missing"
-	if err == nil {
-		state = "empty (0 bytes)"
-	}
-	dir := filepath.Join(m.DataDir, "sandboxes")
-	entries, _ := os.ReadDir(dir)
-	boxes := 0
-	for _, e := range entries {
-		if e.IsDir() && strings.HasPrefix(e.Name(), sandbox.PrefixSandbox) {
-			boxes++
-		}
-	}
-	if boxes == 0 {
-		return nil
-	}
-	if m.StartEmpty {
-		m.Logger.Warn("starting with a new database beside sandbox directories: their sandboxes are forgotten", "path", path, "was", state, "sandbox_dirs", boxes)
-		return nil
-	}
-	return fmt.Errorf("the database %s is %s, but %s holds %d sandbox directories, whose sandboxes it would forget. "+
-		"Restore the database from a copy, or pass --start-empty (SPARKLES_START_EMPTY=true) to start without them", path, state, dir, boxes)
-}
-
-func checkWritable(dir string) error {
-	f, err := os.CreateTemp(dir, ".write-check-*")
-	if err != nil {
-		return fmt.Errorf("data dir %s is not writable (%v); pass a writable --data-dir", dir, unwrapPath(err))
-	}
-	name := f.Name()
-	f.Close()
-	return os.Remove(name)
-}
-
-func unwrapPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
-}
-
-// loadToken returns the token to use: the given one, else the one kept in
-// <dataDir>/token, else a new one written there with mode 0600. The path is
-// returned when the token came from (or went to) the file.
-func loadToken(dataDir, given string) (token, path string, err error) {
-	if given != "" {
-		return given, "", nil
-	}
-	path = filepath.Join(dataDir, "token")
-	b, err := os.ReadFile(path)
-	if err == nil {
-		if t := strings.TrimSpace(string(b)); t != "" {
-			return t, path, nil
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", "", fmt.Errorf("cannot read token file %s (%v); fix its permissions or pass --token", path, unwrapPath(err))
-	}
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
-		return "", "", err
-	}
-	token = "spk_" + base64.RawURLEncoding.EncodeToString(raw)
-	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
-		return "", "", fmt.Errorf("cannot write token file %s (%v); pass a writable --data-dir or --token", path, unwrapPath(err))
-	}
-	return token, path, nil
-}
-
-// confinementOf is what an agent's registry entry adds to the confinement.
-func confinementOf(a registry.Agent) agent.Confinement {
-	return agent.Confinement{Network: a.Network, ReadPaths: a.ReadPaths, WritePaths: a.WritePaths}
 }

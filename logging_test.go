@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/internal/syncbuf"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -21,7 +22,7 @@ import (
 func TestLogging(t *testing.T) {
 	var out syncbuf.Buffer
 	lines := func() []string { return strings.Split(strings.TrimSpace(out.String()), "\n") }
-	m := &Main{
+	m := &app.Main{
 		Addr: "127.0.0.1:0", DataDir: t.TempDir(), Token: "logging-token",
 		Agents:       registry.Registry{"demo": {Command: binary, Args: []string{"agent", "demo"}}},
 		DefaultAgent: "demo",

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/faultstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
 	"github.com/sparkles-dev/sparkles/internal/registry"
@@ -177,7 +178,7 @@ func (r *recorder) waitText(turn string) {
 
 // inProcess is a serveProc for a Main run in the test's own process: the
 // helpers that call the API, read the log and follow streams work on it.
-func inProcess(t *testing.T, m *Main) *serveProc {
+func inProcess(t *testing.T, m *app.Main) *serveProc {
 	return &serveProc{
 		t: t, url: "http://" + m.Listener.Addr().String(), token: m.Token,
 		hc: &http.Client{Timeout: 10 * time.Second}, streams: &http.Client{},
@@ -199,7 +200,7 @@ func TestServeStoreOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs := faultstore.New(bs)
-	m := &Main{
+	m := &app.Main{
 		Addr: "127.0.0.1:0", DataDir: dir, Token: "outage-token",
 		Agents:        registry.Registry{"demo": {Command: binary, Args: []string{"agent", "demo"}}},
 		DefaultAgent:  "demo",

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/syncbuf"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -256,7 +257,7 @@ func TestServeLostDatabase(t *testing.T) {
 func TestServeDataDirDeleted(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	log := &syncbuf.Buffer{}
-	m := &Main{Addr: "127.0.0.1:0", DataDir: dir, Token: "deleted-token", Logger: slog.New(slog.NewTextHandler(log, nil))}
+	m := &app.Main{Addr: "127.0.0.1:0", DataDir: dir, Token: "deleted-token", Logger: slog.New(slog.NewTextHandler(log, nil))}
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -522,11 +522,11 @@ func (b *browser) unnamedControls() []string {
 
 // decisionsJS lists the decision records of the last turn as
 // "outcome|title|by".
-const decisionsJS = `[...` + lastTurn + `.querySelectorAll('.decision')].map(d =>
+const decisionsJS = `[...(` + lastTurn + `?.querySelectorAll('.decision') ?? [])].map(d =>
 	[...d.children].map(c => c.textContent).join('|'))`
 
 // endedJS is the text of the last turn's end badge.
-const endedJS = lastTurn + `.querySelector('.turn-foot .badge').textContent`
+const endedJS = lastTurn + `?.querySelector('.turn-foot .badge')?.textContent`
 
 // untilJSON waits until the JSON of a JavaScript expression is want, and
 // names what the page showed instead when it never is.

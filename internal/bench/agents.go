@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -99,7 +100,6 @@ func runAgents(ctx context.Context, r *runner) error {
 // benchAgents is the demo agent of a child server, and the count of the
 // agents running there.
 type benchAgents struct {
-	coordinator.NopObserver
 	command []string // nil: in-process
 
 	mu      sync.Mutex
@@ -122,14 +122,14 @@ func childAgents() (*benchAgents, error) {
 	return a, nil
 }
 
-func (a *benchAgents) configure(cfg *coordinator.Config) {
+func (a *benchAgents) configure(m *app.Main) {
 	if a.command != nil {
-		cfg.Agents = registry.Registry{"demo": {Command: a.command[0], Args: a.command[1:]}}
+		m.Agents = registry.Registry{"demo": {Command: a.command[0], Args: a.command[1:]}}
 	} else {
-		cfg.Builtins = map[string]coordinator.BuiltinAgent{"demo": agent.RunDemo}
+		m.Builtins = map[string]coordinator.BuiltinAgent{"demo": agent.RunDemo}
 	}
-	cfg.AgentIdleTimeout = benchIdleTimeout
-	cfg.Observer = a
+	m.DefaultAgent = "demo"
+	m.AgentIdleTimeout = benchIdleTimeout
 }
 
 // waitNone waits until no agent runs.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/internal/app"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/faultstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
 	"github.com/sparkles-dev/sparkles/internal/registry"
@@ -195,10 +196,7 @@ func inProcess(t *testing.T, m *app.Main) *serveProc {
 // and what the client streamed is the log, byte for byte.
 func TestServeStoreOutage(t *testing.T) {
 	dir := t.TempDir()
-	bs, err := boltstore.Open(filepath.Join(dir, "sparkles.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	bs := bolttest.MustOpenAt(t, filepath.Join(dir, "sparkles.db"), boltstore.Options{})
 	fs := faultstore.New(bs)
 	m := &app.Main{
 		Addr: "127.0.0.1:0", DataDir: dir, Token: "outage-token",

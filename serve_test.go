@@ -19,6 +19,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/internal/app"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/syncbuf"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -124,10 +125,7 @@ func TestServeToken(t *testing.T) {
 func writeDatabase(t *testing.T, dataDir string) string {
 	t.Helper()
 	path := filepath.Join(dataDir, "sparkles.db")
-	st, err := boltstore.Open(path, boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := bolttest.MustOpenAt(t, path, boltstore.Options{})
 	ctx := context.Background()
 	for i := range 3 {
 		sb := sandbox.Sandbox{ID: fmt.Sprintf("c_%026d", i), Object: "sandbox", Status: sandbox.StatusStopped, Agent: "demo"}

@@ -23,6 +23,7 @@ import (
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/client"
 	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/server"
@@ -78,10 +79,7 @@ func startSparkles(t testing.TB, opts ...serverOption) *sparkles {
 func (s *sparkles) start() {
 	s.t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	st, err := boltstore.Open(filepath.Join(s.dir, "sparkles.db"), boltstore.Options{Logger: log})
-	if err != nil {
-		s.t.Fatalf("open store: %v", err)
-	}
+	st := bolttest.MustOpenAt(s.t, filepath.Join(s.dir, "sparkles.db"), boltstore.Options{Logger: log})
 	cfg := s.cfg
 	cfg.Store = st
 	cfg.DataDir = s.dir

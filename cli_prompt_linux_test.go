@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/sparkles-dev/sparkles/internal/vtscreen"
 	"github.com/sparkles-dev/sparkles/sparklestest"
 )
 
@@ -22,7 +23,7 @@ type ttyRun struct {
 	master *os.File
 	cmd    *exec.Cmd
 	chunks chan []byte
-	vt     *vtScreen
+	vt     *vtscreen.Screen
 	ended  bool // the output ended
 }
 
@@ -44,7 +45,7 @@ func startTTY(t *testing.T, env []string, args ...string) *ttyRun {
 		t.Fatal(err)
 	}
 	tty.Close()
-	r := &ttyRun{t: t, master: master, cmd: cmd, chunks: make(chan []byte, 64), vt: newVT(ttyCols)}
+	r := &ttyRun{t: t, master: master, cmd: cmd, chunks: make(chan []byte, 64), vt: vtscreen.New(ttyCols)}
 	go func() {
 		defer close(r.chunks)
 		buf := make([]byte, 4096)
@@ -120,7 +121,7 @@ func TestCLIPromptTerminal(t *testing.T) {
 		if n := strings.Count(screen, "Read notes.txt"); n != 1 || strings.Contains(screen, "running") || strings.Contains(screen, "pending") {
 			t.Errorf("a tool took more than its one line")
 		}
-		if !r.vt.colored {
+		if !r.vt.Colored() {
 			t.Errorf("no colour on a terminal that takes them")
 		}
 		if t.Failed() {
@@ -132,7 +133,7 @@ func TestCLIPromptTerminal(t *testing.T) {
 		if code := r.wait(); code != 0 || !strings.Contains(r.vt.String(), "✓ Read README.md") {
 			t.Fatalf("exit %d:\n%s", code, r.vt)
 		}
-		if r.vt.colored {
+		if r.vt.Colored() {
 			t.Fatalf("colours with NO_COLOR set:\n%s", r.vt)
 		}
 	})
@@ -142,7 +143,7 @@ func TestCLIPromptTerminal(t *testing.T) {
 		if code := r.wait(); code != 0 || !strings.Contains(r.vt.String(), "\n[read] Read README.md: running\n[read] Read README.md: completed\n") {
 			t.Fatalf("exit %d:\n%s", code, r.vt)
 		}
-		if r.vt.colored {
+		if r.vt.Colored() {
 			t.Fatalf("colours on a dumb terminal:\n%s", r.vt)
 		}
 	})

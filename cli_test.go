@@ -23,6 +23,16 @@ import (
 	"github.com/sparkles-dev/sparkles/sparklestest"
 )
 
+// The exit statuses the README documents, as a script sees them.
+const (
+	exitTurnCanceled = 2
+	exitDenied       = 3
+	exitUsage        = 64
+)
+
+// slowPauseEnv sets the pace of serve's demo agent.
+const slowPauseEnv = "SPARKLES_DEMO_SLOW_PAUSE"
+
 // binary is the sparkles binary built once for the tests that run it.
 var binary string
 

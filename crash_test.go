@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -304,10 +305,7 @@ func TestCrashConsistency(t *testing.T) {
 		t.Fatalf("serve exited %d after SIGTERM:\n%s", code, p.logTail())
 	}
 
-	st, err := boltstore.Open(filepath.Join(dataDir, "sparkles.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := bolttest.MustOpenAt(t, filepath.Join(dataDir, "sparkles.db"), boltstore.Options{})
 	defer st.Close()
 	if err := st.Check(); err != nil {
 		t.Errorf("bbolt check: %v", err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/internal/syncbuf"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -21,7 +22,7 @@ import (
 func TestLogging(t *testing.T) {
 	var out syncbuf.Buffer
 	lines := func() []string { return strings.Split(strings.TrimSpace(out.String()), "\n") }
-	m := &Main{
+	m := &app.Main{
 		Addr: "127.0.0.1:0", DataDir: t.TempDir(), Token: "logging-token",
 		Agents:       registry.Registry{"demo": {Command: binary, Args: []string{"agent", "demo"}}},
 		DefaultAgent: "demo",
@@ -102,29 +103,9 @@ func TestLogging(t *testing.T) {
 	}
 }
 
-// TestLogFlags: --log-format and --log-level choose the handler and its
-// level; other values are refused with what is accepted.
-func TestLogFlags(t *testing.T) {
-	l, err := newLogger("text", "warn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := l.Handler().(*slog.TextHandler); !ok {
-		t.Errorf("--log-format text: handler %T", l.Handler())
-	}
-	if l.Enabled(context.Background(), slog.LevelInfo) || !l.Enabled(context.Background(), slog.LevelWarn) {
-		t.Error("--log-level warn: info enabled or warn not")
-	}
-	l, err = newLogger("json", "debug")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := l.Handler().(*slog.JSONHandler); !ok {
-		t.Errorf("--log-format json: handler %T", l.Handler())
-	}
-	if !l.Enabled(context.Background(), slog.LevelDebug) {
-		t.Error("--log-level debug: debug not enabled")
-	}
+// TestLogFlagsRefused: serve refuses other values of --log-format and
+// --log-level with what it accepts.
+func TestLogFlagsRefused(t *testing.T) {
 	t.Run("ErrBadFormat", func(t *testing.T) {
 		serveFails(t, `--log-format "xml": want text or json`, "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--log-format", "xml")
 	})

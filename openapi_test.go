@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/apitest"
+	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 )
 
@@ -49,7 +50,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &Main{
+	m := &app.Main{
 		Addr: "127.0.0.1:0", DataDir: t.TempDir(), Token: openAPIToken, Logger: slog.New(slog.DiscardHandler),
 		Agents: registry.Registry{
 			"demo": {Command: binary, Args: []string{"agent", "demo"}},

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/app"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/faultstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
 	"github.com/sparkles-dev/sparkles/internal/registry"
@@ -177,7 +179,7 @@ func (r *recorder) waitText(turn string) {
 
 // inProcess is a serveProc for a Main run in the test's own process: the
 // helpers that call the API, read the log and follow streams work on it.
-func inProcess(t *testing.T, m *Main) *serveProc {
+func inProcess(t *testing.T, m *app.Main) *serveProc {
 	return &serveProc{
 		t: t, url: "http://" + m.Listener.Addr().String(), token: m.Token,
 		hc: &http.Client{Timeout: 10 * time.Second}, streams: &http.Client{},
@@ -194,12 +196,9 @@ func inProcess(t *testing.T, m *Main) *serveProc {
 // and what the client streamed is the log, byte for byte.
 func TestServeStoreOutage(t *testing.T) {
 	dir := t.TempDir()
-	bs, err := boltstore.Open(filepath.Join(dir, "sparkles.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	bs := bolttest.MustOpenAt(t, filepath.Join(dir, "sparkles.db"), boltstore.Options{})
 	fs := faultstore.New(bs)
-	m := &Main{
+	m := &app.Main{
 		Addr: "127.0.0.1:0", DataDir: dir, Token: "outage-token",
 		Agents:        registry.Registry{"demo": {Command: binary, Args: []string{"agent", "demo"}}},
 		DefaultAgent:  "demo",

@@ -8,13 +8,15 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/sparkles-dev/sparkles/internal/app"
 )
 
 // TestReadyz: /readyz answers 200 while the server can work, and 503 with
 // the reason once the retention loop has stopped and once the database is
 // closed.
 func TestReadyz(t *testing.T) {
-	m := &Main{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Token: "readyz-token", Logger: slog.New(slog.DiscardHandler)}
+	m := &app.Main{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Token: "readyz-token", Logger: slog.New(slog.DiscardHandler)}
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -295,7 +296,7 @@ func TestServeNATSCluster(t *testing.T) {
 func TestServeNATSReadyz(t *testing.T) {
 	dir := t.TempDir()
 	natsURL, stop := natstest.RunServerDir(t, dir)
-	m := &Main{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Token: "readyz-token", StoreURL: natsURL,
+	m := &app.Main{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Token: "readyz-token", StoreURL: natsURL,
 		NodeID: "node-r", LeaseTTL: time.Minute, Logger: slog.New(slog.DiscardHandler)}
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/app"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/syncbuf"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -123,10 +125,7 @@ func TestServeToken(t *testing.T) {
 func writeDatabase(t *testing.T, dataDir string) string {
 	t.Helper()
 	path := filepath.Join(dataDir, "sparkles.db")
-	st, err := boltstore.Open(path, boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := bolttest.MustOpenAt(t, path, boltstore.Options{})
 	ctx := context.Background()
 	for i := range 3 {
 		sb := sandbox.Sandbox{ID: fmt.Sprintf("c_%026d", i), Object: "sandbox", Status: sandbox.StatusStopped, Agent: "demo"}
@@ -256,7 +255,7 @@ func TestServeLostDatabase(t *testing.T) {
 func TestServeDataDirDeleted(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	log := &syncbuf.Buffer{}
-	m := &Main{Addr: "127.0.0.1:0", DataDir: dir, Token: "deleted-token", Logger: slog.New(slog.NewTextHandler(log, nil))}
+	m := &app.Main{Addr: "127.0.0.1:0", DataDir: dir, Token: "deleted-token", Logger: slog.New(slog.NewTextHandler(log, nil))}
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}

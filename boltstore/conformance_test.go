@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/storetest"
 )
 
@@ -15,27 +16,12 @@ var _ storetest.Store = (*boltstore.Store)(nil)
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) (storetest.Store, func() storetest.Store) {
 		path := filepath.Join(t.TempDir(), "sparkles.db")
-		open := func() *boltstore.Store {
-			s, err := boltstore.Open(path, boltstore.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		}
-		cur := open()
-		t.Cleanup(func() {
-			if err := cur.Check(); err != nil {
-				t.Errorf("check %s: %v", path, err)
-			}
-			if err := cur.Close(); err != nil {
-				t.Errorf("close %s: %v", path, err)
-			}
-		})
+		cur := bolttest.MustOpenAt(t, path, boltstore.Options{})
 		return cur, func() storetest.Store {
 			if err := cur.Close(); err != nil {
 				t.Fatal(err)
 			}
-			cur = open()
+			cur = bolttest.MustOpenAt(t, path, boltstore.Options{})
 			return cur
 		}
 	})

@@ -225,8 +225,15 @@ func (s *Store) flush(ctx context.Context) error {
 
 // Check materializes the WAL, then runs bbolt's consistency check over the
 // whole file and checks the store's own layout (see checkLayout). It
-// returns the first problem found, with the others joined after it.
+// returns the first problem found, with the others joined after it, and
+// ErrClosed after Close.
 func (s *Store) Check() error {
+	s.closeMu.RLock()
+	closed := s.closed
+	s.closeMu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
 	if err := s.flush(context.Background()); err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -24,10 +25,7 @@ import (
 // for the whole pass (the samples metric says how many there were).
 func BenchmarkAppendDuringPrune(b *testing.B) {
 	const fill, fillBatch = 1_000_000, 20_000
-	s, err := boltstore.Open(filepath.Join(b.TempDir(), "sparkles.db"), boltstore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := bolttest.MustOpenAt(b, filepath.Join(b.TempDir(), "sparkles.db"), boltstore.Options{})
 	defer s.Close()
 	mustCreate(b, s, "c_1")
 	for i := 0; i < fill; i += fillBatch {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -31,24 +32,11 @@ func (s shortReads) Read(ctx context.Context, id string, after uint64, limit int
 // t0 is the start of every test's timeline; clocks are always injected.
 var t0 = time.Date(2026, 8, 1, 9, 0, 0, 0, time.UTC)
 
-// MustOpenStore opens a store on a fresh file in tb.TempDir. Cleanup runs
-// bbolt's consistency check and closes it.
+// MustOpenStore opens a store on a fresh file in tb.TempDir, on the
+// tests' clock, checked and closed when the test ends (bolttest).
 func MustOpenStore(tb testing.TB) *boltstore.Store {
 	tb.Helper()
-	path := filepath.Join(tb.TempDir(), "sparkles.db")
-	s, err := boltstore.Open(path, boltstore.Options{Now: func() time.Time { return t0 }})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := s.Check(); err != nil {
-			tb.Errorf("check %s: %v", path, err)
-		}
-		if err := s.Close(); err != nil {
-			tb.Errorf("close %s: %v", path, err)
-		}
-	})
-	return s
+	return bolttest.MustOpenAt(tb, filepath.Join(tb.TempDir(), "sparkles.db"), boltstore.Options{Now: func() time.Time { return t0 }})
 }
 
 func mustCreate(tb testing.TB, s *boltstore.Store, id string) {

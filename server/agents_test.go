@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 )
@@ -18,10 +19,7 @@ import (
 // resolves, and nothing of their command lines or environments.
 func TestListAgents(t *testing.T) {
 	dir := t.TempDir()
-	st, err := boltstore.Open(filepath.Join(dir, "sparkles.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := bolttest.MustOpenAt(t, filepath.Join(dir, "sparkles.db"), boltstore.Options{})
 	t.Cleanup(func() { st.Close() })
 	co, err := coordinator.New(coordinator.Config{
 		Store: st, DataDir: dir,

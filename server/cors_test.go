@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 )
 
@@ -25,10 +26,7 @@ var corsHeaderNames = []string{
 // newCORSServer is a server without agents whose CORS allow-list is origins.
 func newCORSServer(t *testing.T, origins ...string) (*Server, string) {
 	t.Helper()
-	st, err := boltstore.Open(filepath.Join(t.TempDir(), "sparkles.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := bolttest.MustOpenAt(t, filepath.Join(t.TempDir(), "sparkles.db"), boltstore.Options{})
 	coord, err := coordinator.New(coordinator.Config{Store: st})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -44,10 +45,7 @@ type fuzzRig struct {
 func newFuzzRig(f *testing.F, agents bool) *fuzzRig {
 	f.Helper()
 	dir := f.TempDir()
-	st, err := boltstore.Open(filepath.Join(dir, "sparkles.db"), boltstore.Options{})
-	if err != nil {
-		f.Fatal(err)
-	}
+	st := bolttest.MustOpenAt(f, filepath.Join(dir, "sparkles.db"), boltstore.Options{})
 	cfg := coordinator.Config{Store: st, DataDir: dir, FlushInterval: 5 * time.Millisecond}
 	if agents {
 		cfg.Builtins = map[string]coordinator.BuiltinAgent{"demo": agent.RunDemo}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -50,10 +51,7 @@ type options struct {
 
 func newHarness(tb testing.TB, opt options) *harness {
 	tb.Helper()
-	st, err := boltstore.Open(filepath.Join(tb.TempDir(), "sparkles.db"), boltstore.Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	st := bolttest.MustOpenAt(tb, filepath.Join(tb.TempDir(), "sparkles.db"), boltstore.Options{})
 	coord, err := coordinator.New(coordinator.Config{Store: st})
 	if err != nil {
 		tb.Fatal(err)

@@ -1,9 +1,11 @@
 // Package sparklestest runs a real Sparkles server inside a Go test, for the
 // integration tests of programs that drive agents through Sparkles.
 //
-// Start opens the event store on a temporary directory, starts the
-// coordinator with the built-in demo agent (in-process: no sparkles binary is
-// needed on PATH), and serves the HTTP API on a free loopback port. The
+// Start runs the server sparkles serve runs, on a temporary data
+// directory: the event store, the coordinator with the built-in demo agent
+// (in-process: no sparkles binary is needed on PATH), retention, metrics,
+// /readyz and the console, and the HTTP API on a free loopback port. Options
+// change what a test needs changed or turn off what it does not want. The
 // server stops when the test ends. Stop and Restart stop it and start it
 // again on the same store and address, to test what a client does across a
 // server restart.
@@ -12,20 +14,20 @@ package sparklestest
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"maps"
-	"net"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/client"
 	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/internal/registry"
-	"github.com/sparkles-dev/sparkles/server"
+	"github.com/sparkles-dev/sparkles/retention"
+	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
 // DefaultToken is the server token when no WithToken option is given.
@@ -47,15 +49,7 @@ type Server struct {
 	addr string
 
 	mu  sync.Mutex
-	run *instance // nil while stopped
-}
-
-// instance is one start of the server: what Stop closes.
-type instance struct {
-	store *boltstore.Store
-	coord *coordinator.Coordinator
-	srv   *server.Server
-	done  chan error
+	run *app.Main // nil while stopped
 }
 
 type config struct {
@@ -70,6 +64,10 @@ type config struct {
 	turn         time.Duration
 	flush        time.Duration
 	logger       *slog.Logger
+	isolation    string
+	retention    retention.Config
+	noRetention  bool
+	noConsole    bool
 }
 
 // Option configures Start.
@@ -96,17 +94,48 @@ func WithAgent(name string, command ...string) Option {
 	}
 }
 
+// Agent is an agent as an entry of the agents file has it: the command,
+// its arguments and the environment its processes get.
+type Agent struct {
+	Command string
+	Args    []string
+	// Env is set in the agent's processes; PassEnv names variables of the
+	// test's own environment handed over as they are.
+	Env     map[string]string
+	PassEnv []string
+}
+
 // WithRegisteredAgent registers an agent as an entry of the agents file
-// has it: command, arguments and the environment its processes get.
-func WithRegisteredAgent(name string, a registry.Agent) Option {
-	return func(c *config) { c.agents[name] = a }
+// has it.
+func WithRegisteredAgent(name string, a Agent) Option {
+	return func(c *config) {
+		c.agents[name] = registry.Agent{Command: a.Command, Args: a.Args, Env: a.Env, PassEnv: a.PassEnv}
+	}
 }
 
 // WithBuiltinAgent registers an ACP agent that runs in-process: run reads
-// the client's requests from stdin and writes to stdout.
-func WithBuiltinAgent(name string, run coordinator.BuiltinAgent) Option {
+// the client's requests from stdin and writes to stdout until ctx ends or
+// stdin closes; env is the environment it would have had as a process.
+func WithBuiltinAgent(name string, run func(ctx context.Context, stdin io.Reader, stdout io.Writer, env []string) error) Option {
 	return func(c *config) { c.builtins[name] = run }
 }
+
+// WithIsolation sets how agent processes run, as serve's --isolation: "on"
+// (the default) confines them and fails Start where the kernel cannot,
+// "off" runs them with the test's rights. In-process agents are never
+// confined.
+func WithIsolation(mode string) Option { return func(c *config) { c.isolation = mode } }
+
+// WithRetention sets the retention loop's limits and interval (serve's
+// --retention-* flags); zero fields keep serve's defaults.
+func WithRetention(cfg retention.Config) Option { return func(c *config) { c.retention = cfg } }
+
+// WithoutRetention runs no retention loop: nothing is pruned but what the
+// test prunes with Prune.
+func WithoutRetention() Option { return func(c *config) { c.noRetention = true } }
+
+// WithoutConsole serves the API without the web console at /.
+func WithoutConsole() Option { return func(c *config) { c.noConsole = true } }
 
 // WithDefaultAgent names the agent of sandboxes created without one
 // (default "demo").
@@ -161,44 +190,31 @@ func Start(tb testing.TB, opts ...Option) *Server {
 func (s *Server) Addr() string { return s.addr }
 
 func (s *Server) start() error {
-	st, err := boltstore.Open(filepath.Join(s.cfg.dataDir, "sparkles.db"), boltstore.Options{Logger: s.cfg.logger})
-	if err != nil {
-		return err
-	}
-	co, err := coordinator.New(coordinator.Config{
-		Store:           st,
+	m := &app.Main{
+		// A restart listens on the port the first start was given, so
+		// clients keep their URL.
+		Addr:            s.addr,
 		DataDir:         s.cfg.dataDir,
+		Token:           s.cfg.token,
+		Keepalive:       s.cfg.keepalive,
 		Agents:          maps.Clone(s.cfg.agents),
 		Builtins:        maps.Clone(s.cfg.builtins),
 		DefaultAgent:    s.cfg.defaultAgent,
 		ApprovalTimeout: s.cfg.approval,
 		TurnTimeout:     s.cfg.turn,
 		FlushInterval:   s.cfg.flush,
+		Retention:       s.cfg.retention,
+		NoRetention:     s.cfg.noRetention,
+		NoConsole:       s.cfg.noConsole,
+		Isolation:       s.cfg.isolation,
 		Logger:          s.cfg.logger,
-	})
-	if err != nil {
-		st.Close()
-		return err
 	}
-	if err := co.Recover(context.Background()); err != nil {
-		co.Close()
-		st.Close()
-		return err
+	if err := m.Run(context.Background()); err != nil {
+		return errors.Join(err, m.Close())
 	}
-	srv := server.New(server.Config{Backend: co, Token: s.cfg.token, Keepalive: s.cfg.keepalive, Logger: s.cfg.logger})
-	l, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		co.Close()
-		st.Close()
-		return err
-	}
-	// A restart listens on the port the first start was given, so clients
-	// keep their URL.
-	s.addr = l.Addr().String()
-	in := &instance{store: st, coord: co, srv: srv, done: make(chan error, 1)}
-	go func() { in.done <- srv.Serve(l) }()
+	s.addr = m.Listener.Addr().String()
 	s.mu.Lock()
-	s.run = in
+	s.run = m
 	s.mu.Unlock()
 	return nil
 }
@@ -214,10 +230,7 @@ func (s *Server) Stop() {
 	if in == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	errs := []error{in.srv.Shutdown(ctx), <-in.done, in.coord.Close(), in.store.Close()}
-	if err := errors.Join(errs...); err != nil {
+	if err := in.Close(); err != nil {
 		s.tb.Errorf("sparklestest: stop server: %v", err)
 	}
 }
@@ -228,19 +241,22 @@ func (s *Server) Stop() {
 func (s *Server) Prune(sandboxID string, through uint64) {
 	s.tb.Helper()
 	in := s.running()
-	if _, err := in.store.Prune(context.Background(), sandboxID, through, 0); err != nil {
+	if _, err := in.Store.Prune(context.Background(), sandboxID, through, 0); err != nil {
 		s.tb.Fatalf("sparklestest: prune %s through %d: %v", sandboxID, through, err)
 	}
 }
 
-// Coordinator returns the running coordinator, for tests that append
-// events of their own (Coordinator.AppendEvents) instead of running agents.
-func (s *Server) Coordinator() *coordinator.Coordinator {
+// AppendEvents appends events to a sandbox's log as its agent's turn
+// would, for tests that make the events a client sees themselves instead
+// of running an agent. It fails the test if the store refuses them.
+func (s *Server) AppendEvents(sandboxID string, events ...*sandbox.Event) {
 	s.tb.Helper()
-	return s.running().coord
+	if err := s.running().Coordinator.AppendEvents(context.Background(), sandboxID, events...); err != nil {
+		s.tb.Fatalf("sparklestest: append to %s: %v", sandboxID, err)
+	}
 }
 
-func (s *Server) running() *instance {
+func (s *Server) running() *app.Main {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.run == nil {

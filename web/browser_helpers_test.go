@@ -23,6 +23,7 @@ import (
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/client"
 	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/server"
@@ -78,10 +79,7 @@ func startSparkles(t testing.TB, opts ...serverOption) *sparkles {
 func (s *sparkles) start() {
 	s.t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	st, err := boltstore.Open(filepath.Join(s.dir, "sparkles.db"), boltstore.Options{Logger: log})
-	if err != nil {
-		s.t.Fatalf("open store: %v", err)
-	}
+	st := bolttest.MustOpenAt(s.t, filepath.Join(s.dir, "sparkles.db"), boltstore.Options{Logger: log})
 	cfg := s.cfg
 	cfg.Store = st
 	cfg.DataDir = s.dir
@@ -522,11 +520,11 @@ func (b *browser) unnamedControls() []string {
 
 // decisionsJS lists the decision records of the last turn as
 // "outcome|title|by".
-const decisionsJS = `[...` + lastTurn + `.querySelectorAll('.decision')].map(d =>
+const decisionsJS = `[...(` + lastTurn + `?.querySelectorAll('.decision') ?? [])].map(d =>
 	[...d.children].map(c => c.textContent).join('|'))`
 
 // endedJS is the text of the last turn's end badge.
-const endedJS = lastTurn + `.querySelector('.turn-foot .badge').textContent`
+const endedJS = lastTurn + `?.querySelector('.turn-foot .badge')?.textContent`
 
 // untilJSON waits until the JSON of a JavaScript expression is want, and
 // names what the page showed instead when it never is.

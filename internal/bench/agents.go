@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -101,7 +102,6 @@ func runAgents(ctx context.Context, r *runner) error {
 // benchAgents is the demo agent of a child server, and the count of the
 // agents running there.
 type benchAgents struct {
-	coordinator.NopObserver
 	command []string // nil: in-process
 	flood   bool     // command is the flooding agent
 
@@ -133,20 +133,20 @@ func childAgents() (*benchAgents, error) {
 	return a, nil
 }
 
-func (a *benchAgents) configure(cfg *coordinator.Config) {
-	cfg.Observer = a
+func (a *benchAgents) configure(m *app.Main) {
+	m.DefaultAgent = "demo"
 	if a.flood {
 		// An agent per producer, each busy in its turn for the whole run.
-		cfg.Agents = registry.Registry{"demo": {Command: a.command[0], Args: a.command[1:], Env: map[string]string{EnvFloodAgent: "1"}}}
-		cfg.MaxAgents = 4096
+		m.Agents = registry.Registry{"demo": {Command: a.command[0], Args: a.command[1:], Env: map[string]string{EnvFloodAgent: "1"}}}
+		m.MaxAgents = 4096
 		return
 	}
 	if a.command != nil {
-		cfg.Agents = registry.Registry{"demo": {Command: a.command[0], Args: a.command[1:]}}
+		m.Agents = registry.Registry{"demo": {Command: a.command[0], Args: a.command[1:]}}
 	} else {
-		cfg.Builtins = map[string]coordinator.BuiltinAgent{"demo": agent.RunDemo}
+		m.Builtins = map[string]coordinator.BuiltinAgent{"demo": agent.RunDemo}
 	}
-	cfg.AgentIdleTimeout = benchIdleTimeout
+	m.AgentIdleTimeout = benchIdleTimeout
 }
 
 // waitNone waits until no agent runs.

@@ -135,7 +135,7 @@ func RunChild(ctx context.Context, dir string, in io.Reader, out io.Writer) erro
 		case "turns":
 			err = runTurns(ctx, l, req.IDs)
 		case "settle":
-			err = l.agents.waitNone(ctx)
+			err = l.streams.agents.waitNone(ctx)
 		case "wake":
 			rep.Millis, err = wakeTurns(ctx, l, req.IDs)
 		case "flood":

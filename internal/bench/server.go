@@ -15,81 +15,80 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/sandbox"
-	"github.com/sparkles-dev/sparkles/server"
 )
 
-// local is a server wired as serve wires it, minus agents and retention:
-// boltstore on a file of its own, a coordinator whose sandboxes have no
-// runtime (events come in through AppendEvents, the path the agent runtime
-// takes), and the HTTP server on a loopback port.
+// local is the server sparkles serve runs (app.Main) on a data dir of its
+// own, without the retention loop (a scenario fills one log far past its
+// limits) and with agents unconfined (a boot is timed as the agent's own;
+// the confined boot has its own benchmark in internal/confine). Events come
+// in through AppendEvents, the path the agent runtime takes.
 type local struct {
+	main    *app.Main
 	store   *boltstore.Store
 	path    string // the store's file
 	coord   *coordinator.Coordinator
-	srv     *server.Server
-	streams streamCounter
-	agents  *benchAgents // nil without agents
+	streams *observer
 	addr    string
 	token   string
-	done    chan error
 }
 
-// streamCounter is the server's observer: it counts open streams and
-// deliveries, which the child reports to the parent.
-type streamCounter struct {
+// observer counts open streams and deliveries, which the child reports to
+// the parent, and tells the agents scenario how many agents run.
+type observer struct {
+	app.NopObserver
 	open      atomic.Int64
 	delivered atomic.Int64
 	writes    atomic.Int64 // batches of deliveries, each one write to a stream
+	agents    *benchAgents // nil without agents
 }
 
-func (c *streamCounter) StreamOpened(bool) { c.open.Add(1) }
-func (c *streamCounter) StreamClosed()     { c.open.Add(-1) }
-func (c *streamCounter) Delivered(n int) {
-	c.delivered.Add(int64(n))
-	c.writes.Add(1)
+func (o *observer) StreamOpened(bool) { o.open.Add(1) }
+func (o *observer) StreamClosed()     { o.open.Add(-1) }
+func (o *observer) Delivered(n int) {
+	o.delivered.Add(int64(n))
+	o.writes.Add(1)
+}
+
+func (o *observer) AgentsRunning(delta int) {
+	if o.agents != nil {
+		o.agents.AgentsRunning(delta)
+	}
 }
 
 func startLocal(dir string, logger *slog.Logger, agents *benchAgents) (*local, error) {
-	path := filepath.Join(dir, "sparkles.db")
-	st, err := boltstore.Open(path, boltstore.Options{Logger: logger})
-	if err != nil {
-		return nil, err
+	obs := &observer{agents: agents}
+	m := &app.Main{
+		Addr:        "127.0.0.1:0",
+		DataDir:     dir,
+		Token:       newToken(),
+		Logger:      logger,
+		NoRetention: true,
+		Isolation:   "off",
+		Observer:    obs,
 	}
-	cfg := coordinator.Config{Store: st, DataDir: dir, Logger: logger}
 	if agents != nil {
-		agents.configure(&cfg)
+		agents.configure(m)
 	}
-	co, err := coordinator.New(cfg)
-	if err != nil {
-		st.Close()
-		return nil, err
+	if err := m.Run(context.Background()); err != nil {
+		return nil, errors.Join(err, m.Close())
 	}
-	l := &local{store: st, path: path, coord: co, agents: agents, token: newToken(), done: make(chan error, 1)}
-	l.srv = server.New(server.Config{Backend: co, Token: l.token, Logger: logger, Observer: &l.streams})
-	ln, err := l.srv.Listen("127.0.0.1:0")
-	if err != nil {
-		co.Close()
-		st.Close()
-		return nil, err
-	}
-	l.addr = ln.Addr().String()
-	go func() { l.done <- l.srv.Serve(ln) }()
-	return l, nil
+	return &local{
+		main:    m,
+		store:   m.Store.(*boltstore.Store),
+		path:    filepath.Join(dir, "sparkles.db"),
+		coord:   m.Coordinator,
+		streams: obs,
+		addr:    m.Listener.Addr().String(),
+		token:   m.Token,
+	}, nil
 }
 
 // close stops in the order serve does: streams and HTTP, then the
 // coordinator, then the store.
-func (l *local) close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := l.srv.Shutdown(ctx)
-	if serr := <-l.done; err == nil {
-		err = serr
-	}
-	return errors.Join(err, l.coord.Close(), l.store.Close())
-}
+func (l *local) close() error { return l.main.Close() }
 
 func newToken() string {
 	b := make([]byte, 16)

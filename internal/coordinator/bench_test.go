@@ -4,11 +4,13 @@ import (
 	"path/filepath"
 
 	"context"
-	"github.com/sparkles-dev/sparkles/boltstore"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/boltstore"
+
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -89,9 +91,6 @@ func benchWait(b *testing.B, co *coordinator.Coordinator, id string, after uint6
 }
 
 func mustOpen(tb testing.TB, dir string) *boltstore.Store {
-	st, err := boltstore.Open(filepath.Join(dir, "sparkles.db"), boltstore.Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	st := bolttest.MustOpenAt(tb, filepath.Join(dir, "sparkles.db"), boltstore.Options{})
 	return st
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -48,10 +49,7 @@ func demoAgent() registry.Agent {
 func newEnv(t *testing.T, tweak func(*coordinator.Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := boltstore.Open(filepath.Join(dir, "sparkles.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := bolttest.MustOpenAt(t, filepath.Join(dir, "sparkles.db"), boltstore.Options{})
 	cfg := coordinator.Config{
 		Store:         st,
 		DataDir:       dir,
@@ -432,10 +430,7 @@ func TestDelete(t *testing.T) {
 func TestRestart(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sparkles.db")
-	st, err := boltstore.Open(path, boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := bolttest.MustOpenAt(t, path, boltstore.Options{})
 	cfg := coordinator.Config{Store: st, DataDir: dir, Agents: registry.Registry{"demo": demoAgent()}, FlushInterval: 5 * time.Millisecond}
 	co, _ := coordinator.New(cfg)
 	e := &env{t: t, store: st, co: co}
@@ -448,10 +443,7 @@ func TestRestart(t *testing.T) {
 	st.Close() // nothing more reaches the file, as if the process died here
 	co.Close()
 
-	st2, err := boltstore.Open(path, boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st2 := bolttest.MustOpenAt(t, path, boltstore.Options{})
 	defer st2.Close()
 	cfg.Store = st2
 	co2, _ := coordinator.New(cfg)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -39,7 +39,7 @@ type renderer struct {
 	shown     map[string]string
 	toolLines map[string]*toolLine
 
-	// The live area (cmd_prompt_live.go).
+	// The live area (prompt_live.go).
 	live     []string // ids of the tools that have not ended, in order
 	liveRows int      // rows the area takes on screen now, 0 when not drawn
 	frame    int

@@ -1,4 +1,9 @@
-package main
+// Package app is the Sparkles server wired once: the event store, the
+// coordinator and its agents, retention, metrics, the HTTP API with /readyz
+// and the console. sparkles serve, the sparklestest helper and sparkles
+// bench all run a Main, so what a test or a benchmark runs is the server a
+// user runs; the fields turn off what one of them does not want.
+package app
 
 import (
 	"context"
@@ -9,10 +14,10 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -29,143 +34,7 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/server"
 	"github.com/sparkles-dev/sparkles/web"
-	"github.com/urfave/cli/v2"
 )
-
-func newServeCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "serve",
-		Usage: "run the coordinator: sandboxes, agents, and the event API",
-		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:7410", EnvVars: []string{"SPARKLES_ADDR"}, Usage: "listen address"},
-			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), EnvVars: []string{"SPARKLES_DATA_DIR"}, Usage: "where the database, the token file and sandbox directories live"},
-			&cli.StringFlag{Name: "store", EnvVars: []string{"SPARKLES_STORE"}, Usage: "event store: empty for the bbolt file in --data-dir, or nats://HOST:PORT for NATS JetStream shared by several coordinators"},
-			&cli.BoolFlag{Name: "start-empty", EnvVars: []string{"SPARKLES_START_EMPTY"}, Usage: "start with a new database even though the data dir's is missing or empty beside sandbox directories (their sandboxes are forgotten)"},
-			&cli.StringFlag{Name: "node-id", EnvVars: []string{"SPARKLES_NODE_ID"}, Usage: "this coordinator's name among those sharing a NATS store: letters, digits, - and _ (default: host name and process id)"},
-			&cli.DurationFlag{Name: "lease-ttl", Value: natsstore.DefaultLeaseTTL, EnvVars: []string{"SPARKLES_LEASE_TTL"}, Usage: "with a NATS store: how long after a coordinator stops renewing its leases another one takes its sandboxes over"},
-			&cli.IntFlag{Name: "nats-replicas", Value: 1, EnvVars: []string{"SPARKLES_NATS_REPLICAS"}, Usage: "with a NATS store: replicas of the stream and buckets serve creates (3 on a JetStream cluster); existing ones keep theirs"},
-			&cli.StringFlag{Name: "token", EnvVars: []string{"SPARKLES_TOKEN"}, Usage: "bearer token of the API (default: generated once, kept in <data-dir>/token)"},
-			&cli.DurationFlag{Name: "keepalive", Value: 15 * time.Second, EnvVars: []string{"SPARKLES_KEEPALIVE"}, Usage: "SSE ping interval while a stream is idle"},
-			&cli.StringFlag{Name: "default-agent", Value: "demo", EnvVars: []string{"SPARKLES_DEFAULT_AGENT"}, Usage: "agent of sandboxes created without one"},
-			&cli.DurationFlag{Name: "boot-timeout", Value: 30 * time.Second, EnvVars: []string{"SPARKLES_BOOT_TIMEOUT"}, Usage: "how long an agent may take to start a session"},
-			&cli.DurationFlag{Name: "turn-timeout", Value: 30 * time.Minute, EnvVars: []string{"SPARKLES_TURN_TIMEOUT"}, Usage: "how long one turn may run"},
-			&cli.DurationFlag{Name: "approval-timeout", Value: 10 * time.Minute, EnvVars: []string{"SPARKLES_APPROVAL_TIMEOUT"}, Usage: "how long an approval waits for a decision"},
-			&cli.DurationFlag{Name: "flush-interval", Value: 50 * time.Millisecond, EnvVars: []string{"SPARKLES_FLUSH_INTERVAL"}, Usage: "at most one message.updated per part per interval"},
-			&cli.DurationFlag{Name: "retention-max-age", Value: retention.DefaultMaxAge, EnvVars: []string{"SPARKLES_RETENTION_MAX_AGE"}, Usage: "prune events older than this"},
-			&cli.IntFlag{Name: "retention-max-events", Value: retention.DefaultMaxEvents, EnvVars: []string{"SPARKLES_RETENTION_MAX_EVENTS"}, Usage: "keep at most this many events per sandbox"},
-			&cli.DurationFlag{Name: "retention-interval", Value: retention.DefaultInterval, EnvVars: []string{"SPARKLES_RETENTION_INTERVAL"}, Usage: "time between retention passes"},
-			&cli.IntFlag{Name: "retention-batch", Value: retention.DefaultBatch, EnvVars: []string{"SPARKLES_RETENTION_BATCH"}, Usage: "deletes per retention write transaction"},
-			&cli.StringSliceFlag{Name: "cors-origin", EnvVars: []string{"SPARKLES_CORS_ORIGINS"}, Usage: "a browser origin (scheme://host[:port]) whose pages may call the API (repeatable; env var comma-separated); none by default"},
-			&cli.StringFlag{Name: "isolation", Value: "on", EnvVars: []string{"SPARKLES_ISOLATION"}, Usage: "on: confine agent processes to their sandbox (user, PID and mount namespaces, Landlock, limits), and refuse to start where the kernel cannot; off: run them with the server user's rights"},
-			&cli.StringFlag{Name: "agent-network", Value: confine.NetworkOpen, EnvVars: []string{"SPARKLES_AGENT_NETWORK"}, Usage: "open: agents use the host's network (their model API); none: a network of their own with only loopback"},
-			&cli.StringSliceFlag{Name: "agent-read-path", EnvVars: []string{"SPARKLES_AGENT_READ_PATHS"}, Usage: "a file or directory every confined agent may read, beyond the system and its install (repeatable; env var comma-separated)"},
-			&cli.StringSliceFlag{Name: "agent-write-path", EnvVars: []string{"SPARKLES_AGENT_WRITE_PATHS"}, Usage: "a file or directory every confined agent may read and write, beyond its sandbox (repeatable; env var comma-separated)"},
-			&cli.IntFlag{Name: "agent-max-procs", Value: confine.DefaultMaxProcs, EnvVars: []string{"SPARKLES_AGENT_MAX_PROCS"}, Usage: "processes and threads of one confined agent (cgroup pids.max, and RLIMIT_NPROC on Linux 5.14+)"},
-			&cli.StringFlag{Name: "agent-memory-max", Value: "4G", EnvVars: []string{"SPARKLES_AGENT_MEMORY_MAX"}, Usage: "memory of one confined agent (cgroup memory.max, when the server's cgroup is delegated to it), e.g. 512M or 4G"},
-			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SPARKLES_LOG_FORMAT"}, Usage: "text or json"},
-			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SPARKLES_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
-		}, agentFlags()...),
-		Action: func(c *cli.Context) error {
-			if err := checkAddr(c.String("addr")); err != nil {
-				return err
-			}
-			logger, err := newLogger(c.String("log-format"), c.String("log-level"))
-			if err != nil {
-				return err
-			}
-			exe, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("cannot find the sparkles binary to run the demo agent: %w", err)
-			}
-			agents, err := serveAgents(c, exe, logger)
-			if err != nil {
-				return err
-			}
-			idleTimeout, maxAgents, err := agentLimits(c)
-			if err != nil {
-				return err
-			}
-			if _, ok := agents[c.String("default-agent")]; !ok {
-				return fmt.Errorf("--default-agent %q is not a registered agent", c.String("default-agent"))
-			}
-			mem, err := parseSize(c.String("agent-memory-max"))
-			if err != nil {
-				return fmt.Errorf("--agent-memory-max %q: want a size such as 512M or 4G", c.String("agent-memory-max"))
-			}
-			m := &Main{
-				Addr:            c.String("addr"),
-				DataDir:         c.String("data-dir"),
-				StoreURL:        c.String("store"),
-				StartEmpty:      c.Bool("start-empty"),
-				NodeID:          c.String("node-id"),
-				LeaseTTL:        c.Duration("lease-ttl"),
-				NATSReplicas:    c.Int("nats-replicas"),
-				Token:           c.String("token"),
-				Keepalive:       c.Duration("keepalive"),
-				Agents:          agents,
-				DefaultAgent:    c.String("default-agent"),
-				BootTimeout:     c.Duration("boot-timeout"),
-				TurnTimeout:     c.Duration("turn-timeout"),
-				ApprovalTimeout: c.Duration("approval-timeout"),
-				FlushInterval:   c.Duration("flush-interval"),
-				CORSOrigins:     c.StringSlice("cors-origin"),
-				Retention: retention.Config{
-					MaxAge:    c.Duration("retention-max-age"),
-					MaxEvents: c.Int("retention-max-events"),
-					Interval:  c.Duration("retention-interval"),
-					Batch:     c.Int("retention-batch"),
-				},
-				Isolation: c.String("isolation"),
-				Confine: confine.Options{
-					Network:    c.String("agent-network"),
-					ReadPaths:  c.StringSlice("agent-read-path"),
-					WritePaths: c.StringSlice("agent-write-path"),
-					MaxProcs:   c.Int("agent-max-procs"),
-					MemoryMax:  mem,
-				},
-				Logger: logger,
-
-				AgentIdleTimeout: idleTimeout,
-				MaxAgents:        maxAgents,
-			}
-			ctx, stop := signalContext(c.Context)
-			defer stop()
-			if err := m.Run(ctx); err != nil {
-				m.Close()
-				return err
-			}
-			greet(os.Stdout, m)
-			<-ctx.Done()
-			logger.Info("shutting down")
-			return m.Close()
-		},
-	}
-}
-
-func newLogger(format, level string) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", format)
-}
-
-func defaultDataDir() string {
-	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
-		return filepath.Join(d, "sparkles")
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".local", "share", "sparkles")
-	}
-	return "sparkles-data"
-}
 
 // Store is what serve needs of an event store: what the coordinator and the
 // retention loop use, and the consistency check. The bbolt file and NATS
@@ -218,6 +87,18 @@ type Main struct {
 	// AgentIdleTimeout and MaxAgents: see coordinator.Config.
 	AgentIdleTimeout time.Duration
 	MaxAgents        int
+	// Builtins are agents run in-process (see coordinator.Config); the
+	// test helper runs the demo agent so, without a binary on PATH.
+	Builtins map[string]coordinator.BuiltinAgent
+
+	// NoRetention runs no retention loop: nothing is pruned, and /readyz
+	// does not ask after it. For benchmarks that fill one log past the
+	// limits, and tests that prune by hand.
+	NoRetention bool
+	// NoConsole serves the API without the web console at /.
+	NoConsole bool
+	// Observer, when set, is told what the metrics are told, beside them.
+	Observer Observer
 
 	Metrics     *metrics.Metrics
 	Store       Store              // opened by Run unless set before it (a wrapped store in tests); Close closes it
@@ -228,7 +109,9 @@ type Main struct {
 	Listener    net.Listener
 	Launcher    *confine.Launcher // nil when agents run unconfined
 	isolation   string            // what confines agents, for /readyz and the log
-	serveErr    chan error
+	serveErr    chan error        // Serve's return, once
+	token       string            // the server token, and the file it came from ("" when given)
+	tokenPath   string
 	// writable, when set, says whether the store takes writes (the bbolt
 	// file is still at its path), for /readyz.
 	writable func() error
@@ -238,7 +121,7 @@ type Main struct {
 // listens. Every failure is one sentence that says what to do.
 func (m *Main) Run(ctx context.Context) error {
 	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
-		return fmt.Errorf("cannot create data dir %s (%v); pass a writable --data-dir", m.DataDir, unwrapPath(err))
+		return fmt.Errorf("cannot create data dir %s (%v); pass a writable --data-dir", m.DataDir, UnwrapPath(err))
 	}
 	if err := checkWritable(m.DataDir); err != nil {
 		return err
@@ -247,10 +130,15 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.token, m.tokenPath = token, tokenPath
 	if err := m.openLauncher(); err != nil {
 		return err
 	}
 	m.Metrics = metrics.New()
+	obs := observers{m.Metrics, m.Observer}
+	if m.Observer == nil {
+		obs.extra = NopObserver{}
+	}
 	st, where := m.Store, "the given store"
 	if st == nil {
 		if st, where, err = m.openStore(ctx); err != nil {
@@ -273,7 +161,8 @@ func (m *Main) Run(ctx context.Context) error {
 		ApprovalTimeout: m.ApprovalTimeout,
 		FlushInterval:   m.FlushInterval,
 		Logger:          m.Logger,
-		Observer:        m.Metrics,
+		Observer:        obs,
+		Builtins:        m.Builtins,
 		Cluster:         cluster,
 		// Whatever an agent prints, neither the server token nor the
 		// sandbox's stream token leaves in one of its strings.
@@ -288,10 +177,16 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := co.Recover(ctx); err != nil {
 		return fmt.Errorf("recovering sandboxes from %s: %w", where, err)
 	}
-	rc := m.Retention
-	rc.Store, rc.DataDir, rc.Logger, rc.Observer = st, m.DataDir, m.Logger, m.Metrics
-	m.Retainer = retention.New(rc)
-	m.Retainer.Start()
+	if !m.NoRetention {
+		rc := m.Retention
+		rc.Store, rc.DataDir, rc.Logger, rc.Observer = st, m.DataDir, m.Logger, m.Metrics
+		m.Retainer = retention.New(rc)
+		m.Retainer.Start()
+	}
+	var console http.Handler
+	if !m.NoConsole {
+		console = web.Handler()
+	}
 	m.Server = server.New(server.Config{
 		Backend:     co,
 		CORSOrigins: m.CORSOrigins,
@@ -299,10 +194,10 @@ func (m *Main) Run(ctx context.Context) error {
 		Keepalive:   m.Keepalive,
 		Logger:      m.Logger,
 		Metrics:     m.Metrics.Handler(),
-		Observer:    m.Metrics,
+		Observer:    obs,
 		Ready:       m.ready,
 		Isolation:   m.isolation,
-		Static:      web.Handler(),
+		Static:      console,
 	})
 	l, err := m.Server.Listen(m.Addr)
 	if err != nil {
@@ -380,24 +275,6 @@ func launcher(l *confine.Launcher) agent.Launcher {
 	return l
 }
 
-// parseSize reads a byte count with an optional K, M or G (binary) suffix.
-func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	switch {
-	case strings.HasSuffix(s, "K"):
-		mult, s = 1<<10, strings.TrimSuffix(s, "K")
-	case strings.HasSuffix(s, "M"):
-		mult, s = 1<<20, strings.TrimSuffix(s, "M")
-	case strings.HasSuffix(s, "G"):
-		mult, s = 1<<30, strings.TrimSuffix(s, "G")
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, errors.New("not a size")
-	}
-	return n * mult, nil
-}
-
 // openStore opens the store StoreURL names and, on NATS, joins the cluster
 // of coordinators sharing it. where names the store for messages.
 func (m *Main) openStore(ctx context.Context) (st Store, where string, err error) {
@@ -454,6 +331,23 @@ func (m *Main) openStore(ctx context.Context) (st Store, where string, err error
 	return ns, where, nil
 }
 
+// ServedToken is the server token Run serves with and the file it was read
+// from or written to ("" when Token gave it).
+func (m *Main) ServedToken() (token, path string) { return m.token, m.tokenPath }
+
+// Wait blocks until ctx is done, and returns nil, or until the HTTP server
+// stops serving on its own (its listener failed), and returns why: a server
+// that no longer answers must not look as if it ran. Close it after.
+func (m *Main) Wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-m.serveErr:
+		m.serveErr <- err // for a later Wait
+		return fmt.Errorf("the HTTP server stopped serving on %s: %w", m.Listener.Addr(), err)
+	}
+}
+
 // Close shuts down in order: streams end and HTTP stops, running turns are
 // completed and agents stopped, then the store commits what is queued and closes.
 // With a NATS store, this node's leases go after its turns are settled, so
@@ -506,7 +400,7 @@ func (m *Main) ready() error {
 			return fmt.Errorf("the NATS store cannot write: %w", err)
 		}
 	}
-	if !m.Retainer.Alive() {
+	if m.Retainer != nil && !m.Retainer.Alive() {
 		return errors.New("the retention loop is not running or makes no progress; see the server log for its last error")
 	}
 	if m.Cluster != nil {
@@ -550,14 +444,16 @@ func (m *Main) checkDatabaseKept(path string) error {
 func checkWritable(dir string) error {
 	f, err := os.CreateTemp(dir, ".write-check-*")
 	if err != nil {
-		return fmt.Errorf("data dir %s is not writable (%v); pass a writable --data-dir", dir, unwrapPath(err))
+		return fmt.Errorf("data dir %s is not writable (%v); pass a writable --data-dir", dir, UnwrapPath(err))
 	}
 	name := f.Name()
 	f.Close()
 	return os.Remove(name)
 }
 
-func unwrapPath(err error) error {
+// UnwrapPath is the error of a path error without its path, for messages
+// that name the path themselves.
+func UnwrapPath(err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		return pe.Err
@@ -579,7 +475,7 @@ func loadToken(dataDir, given string) (token, path string, err error) {
 			return t, path, nil
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", "", fmt.Errorf("cannot read token file %s (%v); fix its permissions or pass --token", path, unwrapPath(err))
+		return "", "", fmt.Errorf("cannot read token file %s (%v); fix its permissions or pass --token", path, UnwrapPath(err))
 	}
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
@@ -587,7 +483,7 @@ func loadToken(dataDir, given string) (token, path string, err error) {
 	}
 	token = "spk_" + base64.RawURLEncoding.EncodeToString(raw)
 	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
-		return "", "", fmt.Errorf("cannot write token file %s (%v); pass a writable --data-dir or --token", path, unwrapPath(err))
+		return "", "", fmt.Errorf("cannot write token file %s (%v); pass a writable --data-dir or --token", path, UnwrapPath(err))
 	}
 	return token, path, nil
 }
@@ -596,3 +492,47 @@ func loadToken(dataDir, given string) (token, path string, err error) {
 func confinementOf(a registry.Agent) agent.Confinement {
 	return agent.Confinement{Network: a.Network, ReadPaths: a.ReadPaths, WritePaths: a.WritePaths}
 }
+
+// Observer is told of streams and deliveries (as server.Config's) and of
+// turns, agents and the store's health (as coordinator.Config's).
+type Observer interface {
+	server.Observer
+	coordinator.Observer
+}
+
+// observers tells the metrics, then the extra observer.
+type observers struct {
+	m     *metrics.Metrics
+	extra Observer
+}
+
+func (o observers) StreamOpened(replay bool) { o.m.StreamOpened(replay); o.extra.StreamOpened(replay) }
+func (o observers) StreamClosed()            { o.m.StreamClosed(); o.extra.StreamClosed() }
+func (o observers) Delivered(n int)          { o.m.Delivered(n); o.extra.Delivered(n) }
+func (o observers) TurnCompleted(status string) {
+	o.m.TurnCompleted(status)
+	o.extra.TurnCompleted(status)
+}
+func (o observers) ApprovalResolved(decision string) {
+	o.m.ApprovalResolved(decision)
+	o.extra.ApprovalResolved(decision)
+}
+func (o observers) UpdatesDropped(kind string, n int) {
+	o.m.UpdatesDropped(kind, n)
+	o.extra.UpdatesDropped(kind, n)
+}
+func (o observers) Redacted(n int)          { o.m.Redacted(n); o.extra.Redacted(n) }
+func (o observers) AgentsRunning(delta int) { o.m.AgentsRunning(delta); o.extra.AgentsRunning(delta) }
+func (o observers) StoreHealthy(ok bool)    { o.m.StoreHealthy(ok); o.extra.StoreHealthy(ok) }
+func (o observers) AppendFailed()           { o.m.AppendFailed(); o.extra.AppendFailed() }
+func (o observers) AppendRetried()          { o.m.AppendRetried(); o.extra.AppendRetried() }
+func (o observers) EventsWaiting(delta int) { o.m.EventsWaiting(delta); o.extra.EventsWaiting(delta) }
+
+// NopObserver is an Observer that does nothing: embed it to hear only some.
+type NopObserver struct {
+	coordinator.NopObserver
+}
+
+func (NopObserver) StreamOpened(bool) {}
+func (NopObserver) StreamClosed()     {}
+func (NopObserver) Delivered(int)     {}

@@ -1,4 +1,6 @@
-package main
+// Package vtscreen is as much of a terminal as the CLI's live output
+// needs, for its tests: what a person would see after the bytes written.
+package vtscreen
 
 import (
 	"strconv"
@@ -6,11 +8,11 @@ import (
 	"unicode/utf8"
 )
 
-// vtScreen is as much of a terminal as the CLI's output needs, to see
+// Screen is as much of a terminal as the CLI's output needs, to see
 // what a person would see: text, line ends, wrapping at the width, cursor
 // up (CSI n A), to a column (CSI n G), erase below (CSI J) and to the end
 // of the line (CSI K). Colours (CSI … m) are noted, not shown.
-type vtScreen struct {
+type Screen struct {
 	cols     int
 	lines    [][]rune
 	row, col int
@@ -18,9 +20,17 @@ type vtScreen struct {
 	pending  []byte
 }
 
-func newVT(cols int) *vtScreen { return &vtScreen{cols: cols, lines: [][]rune{nil}} }
+// New is a screen cols columns wide.
+func New(cols int) *Screen { return &Screen{cols: cols, lines: [][]rune{nil}} }
 
-func (v *vtScreen) Write(p []byte) (int, error) {
+// Cols is the screen's width.
+func (v *Screen) Cols() int { return v.cols }
+
+// Colored reports whether the output set a colour (an SGR sequence).
+func (v *Screen) Colored() bool { return v.colored }
+
+// Write takes the bytes the CLI writes to its terminal.
+func (v *Screen) Write(p []byte) (int, error) {
 	b := append(v.pending, p...)
 	v.pending = nil
 	for len(b) > 0 {
@@ -54,7 +64,7 @@ func (v *vtScreen) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (v *vtScreen) down() {
+func (v *Screen) down() {
 	v.row++
 	v.col = 0
 	for len(v.lines) <= v.row {
@@ -62,7 +72,7 @@ func (v *vtScreen) down() {
 	}
 }
 
-func (v *vtScreen) put(r rune) {
+func (v *Screen) put(r rune) {
 	if v.col >= v.cols {
 		v.down()
 	}
@@ -77,7 +87,7 @@ func (v *vtScreen) put(r rune) {
 
 // escape applies the CSI sequence at the start of b and says how long it
 // is; ok is false when b ends before the sequence does.
-func (v *vtScreen) escape(b []byte) (n int, ok bool) {
+func (v *Screen) escape(b []byte) (n int, ok bool) {
 	if len(b) < 2 {
 		return 0, false
 	}
@@ -116,7 +126,7 @@ func (v *vtScreen) escape(b []byte) (n int, ok bool) {
 	return i + 1, true
 }
 
-func (v *vtScreen) cut(line []rune) []rune {
+func (v *Screen) cut(line []rune) []rune {
 	if len(line) > v.col {
 		return line[:v.col]
 	}
@@ -124,7 +134,7 @@ func (v *vtScreen) cut(line []rune) []rune {
 }
 
 // String is the screen, its lines without trailing blanks.
-func (v *vtScreen) String() string {
+func (v *Screen) String() string {
 	out := make([]string, len(v.lines))
 	for i, l := range v.lines {
 		out[i] = strings.TrimRight(string(l), " ")

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sparkles-dev/sparkles/internal/app"
 	"golang.org/x/term"
 )
 
@@ -15,22 +16,12 @@ import (
 // server, and the page removes it from the address bar) and a first
 // command. The link carries the token, so it goes to a terminal's stdout
 // only, never to a pipe, a file or the log.
-func greet(out *os.File, m *Main) {
+func greet(out *os.File, m *app.Main) {
 	if !term.IsTerminal(int(out.Fd())) {
 		return
 	}
-	token, fromFile, err := servedToken(m)
-	if err != nil {
-		return // Run read the same token a moment ago; nothing to add
-	}
-	writeGreeting(out, m.Listener.Addr(), m.DataDir, token, fromFile)
-}
-
-// servedToken is the token the server runs with, and whether it came from
-// the data dir's token file.
-func servedToken(m *Main) (token string, fromFile bool, err error) {
-	token, path, err := loadToken(m.DataDir, m.Token)
-	return token, path != "", err
+	token, path := m.ServedToken()
+	writeGreeting(out, m.Listener.Addr(), m.DataDir, token, path != "")
 }
 
 func writeGreeting(w io.Writer, addr net.Addr, dataDir, token string, fromFile bool) {

@@ -1,10 +1,11 @@
-package main
+package cli
 
 import (
 	"bytes"
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/internal/vtscreen"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -185,13 +186,13 @@ func TestAnswerDecision(t *testing.T) {
 
 // liveRenderer is a renderer on a terminal that moves the cursor, as
 // wide as a narrow window, drawing on vt.
-func liveRenderer(vt *vtScreen) *renderer {
+func liveRenderer(vt *vtscreen.Screen) *renderer {
 	r := newRenderer(vt, vt, false)
-	r.tty, r.fancy, r.fd, r.cols = true, true, -1, vt.cols
+	r.tty, r.fancy, r.fd, r.cols = true, true, -1, vt.Cols()
 	return r
 }
 
-func wantScreen(t *testing.T, vt *vtScreen, want string) {
+func wantScreen(t *testing.T, vt *vtscreen.Screen, want string) {
 	t.Helper()
 	if got := vt.String(); got != want {
 		t.Fatalf("screen:\n%s\nwant:\n%s", got, want)
@@ -202,7 +203,7 @@ func TestRendererLive(t *testing.T) {
 	tool := func(id, title, status string) *sandbox.ToolUpdated {
 		return &sandbox.ToolUpdated{ToolCallID: id, Title: title, Kind: "edit", Status: status}
 	}
-	vt := newVT(60)
+	vt := vtscreen.New(60)
 	r := liveRenderer(vt)
 	r.setWaiting("waiting for the agent…")
 	wantScreen(t, vt, "⠋ waiting for the agent…")
@@ -233,32 +234,32 @@ func TestRendererLive(t *testing.T) {
 	r.turnSummary(&sandbox.TurnCompleted{Status: sandbox.TurnCanceled, DurationMS: 1234, Usage: &sandbox.Usage{InputTokens: 1, OutputTokens: 5}}, 0, `sparkles prompt --sandbox c_1 "…"`)
 	wantScreen(t, vt, "Think\n✓ Read a.go\nAllow [edit] Write b.go? [y/N] y\n⊘ Write b.go · canceled\n"+
 		"⊘ canceled after 1.2s · 1 token in, 5 out\n  continue: sparkles prompt --sandbox c_1 \"…\"")
-	if vt.colored {
+	if vt.Colored() {
 		t.Fatal("colours on a terminal that takes none")
 	}
 
 	t.Run("LongTitle", func(t *testing.T) {
 		// A live line never wraps, so that it can be redrawn in place.
-		vt := newVT(30)
+		vt := vtscreen.New(30)
 		r := liveRenderer(vt)
 		r.tool(tool("tool_1", "Read a file with a very long name indeed.go", sandbox.ToolRunning))
 		r.tick()
 		wantScreen(t, vt, "⠙ Read a file with… · running")
 	})
 	t.Run("Color", func(t *testing.T) {
-		vt := newVT(60)
+		vt := vtscreen.New(60)
 		r := liveRenderer(vt)
 		r.color = true
 		r.tool(tool("tool_1", "Read a.go", sandbox.ToolCompleted))
 		wantScreen(t, vt, "✓ Read a.go")
-		if !vt.colored {
+		if !vt.Colored() {
 			t.Fatal("no colour on a terminal that takes them")
 		}
 	})
 	t.Run("Resume", func(t *testing.T) {
 		// A notice between two updates of a part: the text goes on below
 		// it, and the final message repeats nothing.
-		vt := newVT(60)
+		vt := vtscreen.New(60)
 		r := liveRenderer(vt)
 		r.part(upd("part_1", sandbox.PartText, "Step 1."))
 		r.notice("sparkles: canceling the turn")

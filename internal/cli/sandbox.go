@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -271,7 +272,7 @@ func newAPIClient(c *cli.Context) (*apiClient, error) {
 		case errors.Is(err, fs.ErrNotExist):
 			return nil, fmt.Errorf("no token found: --token and SPARKLES_TOKEN are unset and %s does not exist; start `sparkles serve` (it writes that file), pass the server's --data-dir, or pass --token", api.tokenPath)
 		case err != nil:
-			return nil, fmt.Errorf("no token found: --token and SPARKLES_TOKEN are unset and %s cannot be read (%v); pass --token", api.tokenPath, unwrapPath(err))
+			return nil, fmt.Errorf("no token found: --token and SPARKLES_TOKEN are unset and %s cannot be read (%v); pass --token", api.tokenPath, app.UnwrapPath(err))
 		case token == "":
 			return nil, fmt.Errorf("no token found: --token and SPARKLES_TOKEN are unset and %s is empty; pass --token", api.tokenPath)
 		}

@@ -1,0 +1,50 @@
+package app_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/sparkles-dev/sparkles/internal/app"
+)
+
+func start(t *testing.T) *app.Main {
+	t.Helper()
+	m := &app.Main{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Token: "app-token", Logger: slog.New(slog.DiscardHandler)}
+	if err := m.Run(context.Background()); err != nil {
+		m.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// TestWaitServeFails: a server whose HTTP serving stops after start (its
+// listener failed) ends Wait with the reason, which serve then exits with.
+func TestWaitServeFails(t *testing.T) {
+	m := start(t)
+	m.Listener.Close()
+	err := m.Wait(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "stopped serving on "+m.Listener.Addr().String()) {
+		t.Fatalf("Wait: %v, want the HTTP server's failure", err)
+	}
+	// Asked again, it says the same.
+	if again := m.Wait(context.Background()); again == nil || again.Error() != err.Error() {
+		t.Fatalf("second Wait: %v, want %v", again, err)
+	}
+}
+
+// TestWaitShutdown: a server told to stop (its context done) ends Wait
+// with nil.
+func TestWaitShutdown(t *testing.T) {
+	m := start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := m.Wait(ctx); err != nil {
+		t.Fatalf("Wait: %v, want nil", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}

@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/internal/app"
+	"github.com/sparkles-dev/sparkles/internal/confine"
+	"github.com/sparkles-dev/sparkles/internal/natsstore"
+	"github.com/sparkles-dev/sparkles/retention"
+	"github.com/urfave/cli/v2"
+)
+
+func newServeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the coordinator: sandboxes, agents, and the event API",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:7410", EnvVars: []string{"SPARKLES_ADDR"}, Usage: "listen address"},
+			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), EnvVars: []string{"SPARKLES_DATA_DIR"}, Usage: "where the database, the token file and sandbox directories live"},
+			&cli.StringFlag{Name: "store", EnvVars: []string{"SPARKLES_STORE"}, Usage: "event store: empty for the bbolt file in --data-dir, or nats://HOST:PORT for NATS JetStream shared by several coordinators"},
+			&cli.BoolFlag{Name: "start-empty", EnvVars: []string{"SPARKLES_START_EMPTY"}, Usage: "start with a new database even though the data dir's is missing or empty beside sandbox directories (their sandboxes are forgotten)"},
+			&cli.StringFlag{Name: "node-id", EnvVars: []string{"SPARKLES_NODE_ID"}, Usage: "this coordinator's name among those sharing a NATS store: letters, digits, - and _ (default: host name and process id)"},
+			&cli.DurationFlag{Name: "lease-ttl", Value: natsstore.DefaultLeaseTTL, EnvVars: []string{"SPARKLES_LEASE_TTL"}, Usage: "with a NATS store: how long after a coordinator stops renewing its leases another one takes its sandboxes over"},
+			&cli.IntFlag{Name: "nats-replicas", Value: 1, EnvVars: []string{"SPARKLES_NATS_REPLICAS"}, Usage: "with a NATS store: replicas of the stream and buckets serve creates (3 on a JetStream cluster); existing ones keep theirs"},
+			&cli.StringFlag{Name: "token", EnvVars: []string{"SPARKLES_TOKEN"}, Usage: "bearer token of the API (default: generated once, kept in <data-dir>/token)"},
+			&cli.DurationFlag{Name: "keepalive", Value: 15 * time.Second, EnvVars: []string{"SPARKLES_KEEPALIVE"}, Usage: "SSE ping interval while a stream is idle"},
+			&cli.StringFlag{Name: "default-agent", Value: "demo", EnvVars: []string{"SPARKLES_DEFAULT_AGENT"}, Usage: "agent of sandboxes created without one"},
+			&cli.DurationFlag{Name: "boot-timeout", Value: 30 * time.Second, EnvVars: []string{"SPARKLES_BOOT_TIMEOUT"}, Usage: "how long an agent may take to start a session"},
+			&cli.DurationFlag{Name: "turn-timeout", Value: 30 * time.Minute, EnvVars: []string{"SPARKLES_TURN_TIMEOUT"}, Usage: "how long one turn may run"},
+			&cli.DurationFlag{Name: "approval-timeout", Value: 10 * time.Minute, EnvVars: []string{"SPARKLES_APPROVAL_TIMEOUT"}, Usage: "how long an approval waits for a decision"},
+			&cli.DurationFlag{Name: "flush-interval", Value: 50 * time.Millisecond, EnvVars: []string{"SPARKLES_FLUSH_INTERVAL"}, Usage: "at most one message.updated per part per interval"},
+			&cli.DurationFlag{Name: "retention-max-age", Value: retention.DefaultMaxAge, EnvVars: []string{"SPARKLES_RETENTION_MAX_AGE"}, Usage: "prune events older than this"},
+			&cli.IntFlag{Name: "retention-max-events", Value: retention.DefaultMaxEvents, EnvVars: []string{"SPARKLES_RETENTION_MAX_EVENTS"}, Usage: "keep at most this many events per sandbox"},
+			&cli.DurationFlag{Name: "retention-interval", Value: retention.DefaultInterval, EnvVars: []string{"SPARKLES_RETENTION_INTERVAL"}, Usage: "time between retention passes"},
+			&cli.IntFlag{Name: "retention-batch", Value: retention.DefaultBatch, EnvVars: []string{"SPARKLES_RETENTION_BATCH"}, Usage: "deletes per retention write transaction"},
+			&cli.StringSliceFlag{Name: "cors-origin", EnvVars: []string{"SPARKLES_CORS_ORIGINS"}, Usage: "a browser origin (scheme://host[:port]) whose pages may call the API (repeatable; env var comma-separated); none by default"},
+			&cli.StringFlag{Name: "isolation", Value: "on", EnvVars: []string{"SPARKLES_ISOLATION"}, Usage: "on: confine agent processes to their sandbox (user, PID and mount namespaces, Landlock, limits), and refuse to start where the kernel cannot; off: run them with the server user's rights"},
+			&cli.StringFlag{Name: "agent-network", Value: confine.NetworkOpen, EnvVars: []string{"SPARKLES_AGENT_NETWORK"}, Usage: "open: agents use the host's network (their model API); none: a network of their own with only loopback"},
+			&cli.StringSliceFlag{Name: "agent-read-path", EnvVars: []string{"SPARKLES_AGENT_READ_PATHS"}, Usage: "a file or directory every confined agent may read, beyond the system and its install (repeatable; env var comma-separated)"},
+			&cli.StringSliceFlag{Name: "agent-write-path", EnvVars: []string{"SPARKLES_AGENT_WRITE_PATHS"}, Usage: "a file or directory every confined agent may read and write, beyond its sandbox (repeatable; env var comma-separated)"},
+			&cli.IntFlag{Name: "agent-max-procs", Value: confine.DefaultMaxProcs, EnvVars: []string{"SPARKLES_AGENT_MAX_PROCS"}, Usage: "processes and threads of one confined agent (cgroup pids.max, and RLIMIT_NPROC on Linux 5.14+)"},
+			&cli.StringFlag{Name: "agent-memory-max", Value: "4G", EnvVars: []string{"SPARKLES_AGENT_MEMORY_MAX"}, Usage: "memory of one confined agent (cgroup memory.max, when the server's cgroup is delegated to it), e.g. 512M or 4G"},
+			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SPARKLES_LOG_FORMAT"}, Usage: "text or json"},
+			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SPARKLES_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+		}, agentFlags()...),
+		Action: func(c *cli.Context) error {
+			if err := checkAddr(c.String("addr")); err != nil {
+				return err
+			}
+			logger, err := newLogger(c.String("log-format"), c.String("log-level"))
+			if err != nil {
+				return err
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("cannot find the sparkles binary to run the demo agent: %w", err)
+			}
+			agents, err := serveAgents(c, exe, logger)
+			if err != nil {
+				return err
+			}
+			idleTimeout, maxAgents, err := agentLimits(c)
+			if err != nil {
+				return err
+			}
+			if _, ok := agents[c.String("default-agent")]; !ok {
+				return fmt.Errorf("--default-agent %q is not a registered agent", c.String("default-agent"))
+			}
+			mem, err := parseSize(c.String("agent-memory-max"))
+			if err != nil {
+				return fmt.Errorf("--agent-memory-max %q: want a size such as 512M or 4G", c.String("agent-memory-max"))
+			}
+			m := &app.Main{
+				Addr:            c.String("addr"),
+				DataDir:         c.String("data-dir"),
+				StoreURL:        c.String("store"),
+				StartEmpty:      c.Bool("start-empty"),
+				NodeID:          c.String("node-id"),
+				LeaseTTL:        c.Duration("lease-ttl"),
+				NATSReplicas:    c.Int("nats-replicas"),
+				Token:           c.String("token"),
+				Keepalive:       c.Duration("keepalive"),
+				Agents:          agents,
+				DefaultAgent:    c.String("default-agent"),
+				BootTimeout:     c.Duration("boot-timeout"),
+				TurnTimeout:     c.Duration("turn-timeout"),
+				ApprovalTimeout: c.Duration("approval-timeout"),
+				FlushInterval:   c.Duration("flush-interval"),
+				CORSOrigins:     c.StringSlice("cors-origin"),
+				Retention: retention.Config{
+					MaxAge:    c.Duration("retention-max-age"),
+					MaxEvents: c.Int("retention-max-events"),
+					Interval:  c.Duration("retention-interval"),
+					Batch:     c.Int("retention-batch"),
+				},
+				Isolation: c.String("isolation"),
+				Confine: confine.Options{
+					Network:    c.String("agent-network"),
+					ReadPaths:  c.StringSlice("agent-read-path"),
+					WritePaths: c.StringSlice("agent-write-path"),
+					MaxProcs:   c.Int("agent-max-procs"),
+					MemoryMax:  mem,
+				},
+				Logger: logger,
+
+				AgentIdleTimeout: idleTimeout,
+				MaxAgents:        maxAgents,
+			}
+			ctx, stop := signalContext(c.Context)
+			defer stop()
+			if err := m.Run(ctx); err != nil {
+				m.Close()
+				return err
+			}
+			greet(os.Stdout, m)
+			if err := m.Wait(ctx); err != nil {
+				logger.Error("stopping: the server no longer serves", "err", err)
+				return errors.Join(err, m.Close())
+			}
+			logger.Info("shutting down")
+			return m.Close()
+		},
+	}
+}
+
+func newLogger(format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "sparkles")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "sparkles")
+	}
+	return "sparkles-data"
+}
+
+// parseSize reads a byte count with an optional K, M or G (binary) suffix.
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1<<10, strings.TrimSuffix(s, "K")
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1<<20, strings.TrimSuffix(s, "M")
+	case strings.HasSuffix(s, "G"):
+		mult, s = 1<<30, strings.TrimSuffix(s, "G")
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, errors.New("not a size")
+	}
+	return n * mult, nil
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/internal/metrics"
+	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/retention"
@@ -42,7 +43,7 @@ func newServeCommand() *cli.Command {
 			&cli.StringFlag{Name: "store", EnvVars: []string{"SPARKLES_STORE"}, Usage: "event store: empty for the bbolt file in --data-dir, or nats://HOST:PORT for NATS JetStream shared by several coordinators"},
 			&cli.BoolFlag{Name: "start-empty", EnvVars: []string{"SPARKLES_START_EMPTY"}, Usage: "start with a new database even though the data dir's is missing or empty beside sandbox directories (their sandboxes are forgotten)"},
 			&cli.StringFlag{Name: "node-id", EnvVars: []string{"SPARKLES_NODE_ID"}, Usage: "this coordinator's name among those sharing a NATS store: letters, digits, - and _ (default: host name and process id)"},
-			&cli.DurationFlag{Name: "lease-ttl", Value: natsstore.DefaultLeaseTTL, EnvVars: []string{"SPARKLES_LEASE_TTL"}, Usage: "with a NATS store: how long after a coordinator stops renewing its leases another one takes its sandboxes over"},
+			&cli.DurationFlag{Name: "lease-ttl", Value: natscluster.DefaultLeaseTTL, EnvVars: []string{"SPARKLES_LEASE_TTL"}, Usage: "with a NATS store: how long after a coordinator stops renewing its leases another one takes its sandboxes over"},
 			&cli.IntFlag{Name: "nats-replicas", Value: 1, EnvVars: []string{"SPARKLES_NATS_REPLICAS"}, Usage: "with a NATS store: replicas of the stream and buckets serve creates (3 on a JetStream cluster); existing ones keep theirs"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"SPARKLES_TOKEN"}, Usage: "bearer token of the API (default: generated once, kept in <data-dir>/token)"},
 			&cli.DurationFlag{Name: "keepalive", Value: 15 * time.Second, EnvVars: []string{"SPARKLES_KEEPALIVE"}, Usage: "SSE ping interval while a stream is idle"},
@@ -220,8 +221,8 @@ type Main struct {
 	MaxAgents        int
 
 	Metrics     *metrics.Metrics
-	Store       Store              // opened by Run unless set before it (a wrapped store in tests); Close closes it
-	Cluster     *natsstore.Cluster // with a NATS store only
+	Store       Store                // opened by Run unless set before it (a wrapped store in tests); Close closes it
+	Cluster     *natscluster.Cluster // with a NATS store only
 	Retainer    *retention.Loop
 	Coordinator *coordinator.Coordinator
 	Server      *server.Server
@@ -432,7 +433,7 @@ func (m *Main) openStore(ctx context.Context) (st Store, where string, err error
 		return nil, "", fmt.Errorf("--nats-replicas %d: JetStream keeps 1 to 5 replicas (3 on a cluster of 3 or more servers)", m.NATSReplicas)
 	}
 	if m.NodeID == "" {
-		m.NodeID = natsstore.DefaultNodeName()
+		m.NodeID = natscluster.DefaultNodeName()
 	}
 	// The stream's own age limit is a safety net far above the retention
 	// loop's, which prunes first and moves the watermarks as it does.
@@ -441,10 +442,10 @@ func (m *Main) openStore(ctx context.Context) (st Store, where string, err error
 	if err != nil {
 		return nil, "", fmt.Errorf("cannot open the NATS store at %s: %w", where, err)
 	}
-	cl, err := ns.JoinCluster(ctx, natsstore.ClusterOptions{Node: m.NodeID, LeaseTTL: m.LeaseTTL, Logger: m.Logger, Replicas: m.NATSReplicas})
+	cl, err := natscluster.Join(ctx, ns, natscluster.Options{Node: m.NodeID, LeaseTTL: m.LeaseTTL, Logger: m.Logger, Replicas: m.NATSReplicas})
 	if err != nil {
 		ns.Close()
-		if errors.Is(err, natsstore.ErrNodeInUse) {
+		if errors.Is(err, natscluster.ErrNodeInUse) {
 			return nil, "", fmt.Errorf("node id %q is taken by a live coordinator on %s; pass another --node-id (if it was this node's last run, its registration expires within --lease-ttl)", m.NodeID, where)
 		}
 		return nil, "", fmt.Errorf("cannot join the coordinators on %s: %w", where, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sparkles-dev/sparkles/internal/cluster"
+	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -27,7 +28,7 @@ type fenced struct {
 	t        *testing.T
 	url      string
 	a, b     *natsstore.Store
-	ca, cb   *natsstore.Cluster
+	ca, cb   *natscluster.Cluster
 	id       string
 	js       jetstream.JetStream
 	replicas int
@@ -60,13 +61,13 @@ func newFenced(t *testing.T, url string, replicas int) *fenced {
 	return f
 }
 
-func (f *fenced) join(role string) (*natsstore.Store, *natsstore.Cluster) {
+func (f *fenced) join(role string) (*natsstore.Store, *natscluster.Cluster) {
 	f.t.Helper()
 	s, err := natsstore.Open(context.Background(), f.url, natsstore.Options{Logger: slog.New(slog.DiscardHandler), Replicas: f.replicas})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	cl, err := s.JoinCluster(context.Background(), natsstore.ClusterOptions{
+	cl, err := natscluster.Join(context.Background(), s, natscluster.Options{
 		Node: role + "-" + f.id, LeaseTTL: fenceTTL,
 		Replicas: f.replicas, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -80,12 +81,21 @@ func (f *fenced) join(role string) (*natsstore.Store, *natsstore.Cluster) {
 	return s, cl
 }
 
+func mustClaim(tb testing.TB, cl *natscluster.Cluster, id string) cluster.Claim {
+	tb.Helper()
+	got, err := cl.Claim(context.Background(), id)
+	if err != nil {
+		tb.Fatalf("%s claims %s: %v", cl.Node(), id, err)
+	}
+	return got
+}
+
 // takeOver removes a's registration, as when its process stayed paused
 // past the TTL, and b takes the sandbox over. It returns b's fence.
 func (f *fenced) takeOver() uint64 {
 	f.t.Helper()
 	ctx := context.Background()
-	nodes, err := f.js.KeyValue(ctx, natsstore.DefaultNodeBucket)
+	nodes, err := f.js.KeyValue(ctx, natscluster.DefaultNodeBucket)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -260,7 +270,7 @@ func testFence(t *testing.T, url string, replicas int) {
 		// a learns that its leases lapsed and nobody took the sandbox: it
 		// sends nothing.
 		f := newFenced(t, url, replicas)
-		nodes, err := f.js.KeyValue(ctx, natsstore.DefaultNodeBucket)
+		nodes, err := f.js.KeyValue(ctx, natscluster.DefaultNodeBucket)
 		if err != nil {
 			t.Fatal(err)
 		}

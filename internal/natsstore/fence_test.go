@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,4 +313,69 @@ func (f *fenced) waitLog(before uint64) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// TestFencesSeam: the store's side of fencing alone, driven as natscluster
+// drives it. A hold's epoch is the sequence of its fence; the holder's
+// appends go through while its hook says the leases hold, and are refused,
+// sending nothing, once it does not; a process that holds no fence of a
+// fenced sandbox may not write it; a newer hold elsewhere refuses the
+// earlier holder; Lose ends a hold.
+func TestFencesSeam(t *testing.T) {
+	ctx := context.Background()
+	url, _ := natstest.RunServer(t)
+	js := rawJetStream(t, url)
+	a, b := mustOpenChecked(t, url), mustOpenChecked(t, url)
+	var aLeases atomic.Bool
+	aLeases.Store(true)
+	fa := a.Fences(aLeases.Load)
+	fb := b.Fences(func() bool { return true })
+	const id = "c_seam"
+	lastOf := func(subject string) uint64 {
+		t.Helper()
+		stream, err := js.Stream(ctx, natsstore.DefaultStreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, err := stream.GetLastMsgForSubject(ctx, subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg.Sequence
+	}
+
+	epoch, err := fa.Hold(ctx, id, []byte(`{"node":"a"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fence := lastOf(natsstore.DefaultSubjectPrefix + "-fence." + id); epoch != fence {
+		t.Fatalf("Hold's epoch %d, want the fence's sequence %d", epoch, fence)
+	}
+	if !fa.Holding(id) || fb.Holding(id) {
+		t.Fatalf("Holding: a %v, b %v; want a only", fa.Holding(id), fb.Holding(id))
+	}
+	mustCreate(t, a, id)
+	last := mustAppend(t, a, id, textEvent("a1"))
+	waitHead(t, b, id, last[0])
+
+	mustRefuse(t, b.Append(ctx, id, []*sandbox.Event{textEvent("b holds no fence")}, nil))
+
+	aLeases.Store(false)
+	before := lastOf(natsstore.DefaultSubjectPrefix + "." + id)
+	mustRefuse(t, a.Append(ctx, id, []*sandbox.Event{textEvent("a's leases lapsed")}, nil))
+	if got := lastOf(natsstore.DefaultSubjectPrefix + "." + id); got != before {
+		t.Fatalf("an append after the leases lapsed sent something: the log's last message moved from %d to %d", before, got)
+	}
+	if fa.Holding(id) {
+		t.Fatal("a still holds the sandbox after an append found its leases lapsed")
+	}
+	aLeases.Store(true)
+	mustRefuse(t, a.Append(ctx, id, []*sandbox.Event{textEvent("a's hold is lost")}, nil))
+
+	if _, err := fb.Hold(ctx, id, []byte(`{"node":"b"}`)); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, b, id, textEvent("b1"))
+	fb.Lose(id)
+	mustRefuse(t, b.Append(ctx, id, []*sandbox.Event{textEvent("b let go")}, nil))
 }

@@ -79,8 +79,9 @@ type Config struct {
 
 	// Cluster, when set, shares the store with other coordinators: each
 	// sandbox's agent runs on the node holding its lease, and calls posted
-	// to another node are forwarded there (see cluster.go). Nil runs every
-	// sandbox here, as the only coordinator of its store.
+	// to another node are forwarded there (the leased placement,
+	// cluster.go). Nil runs every sandbox here, as the only coordinator of
+	// its store (local). A coordinator without agents ignores it.
 	Cluster cluster.Cluster
 }
 
@@ -204,15 +205,17 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{cfg: cfg, store: cfg.Store, log: cfg.Logger, ctx: ctx, cancel: cancel, boxes: map[string]*box{}, slots: newSlots(cfg.MaxAgents)}
+	// Chosen once (placement.go): whether sandboxes have runtimes, and on
+	// which node each one runs. Without agents there are no runtimes to
+	// place, so no node owns anything, cluster or not.
 	c.runtimes, c.place = noRuntimes{c}, local{c}
 	if hasAgents(cfg) {
 		c.runtimes = agentRuntimes{c}
-	}
-	// Without agents there are no runtimes to place, so no node owns anything.
-	if hasAgents(cfg) && cfg.Cluster != nil {
-		if err := startLeased(c, cfg.Cluster); err != nil {
-			cancel()
-			return nil, err
+		if cfg.Cluster != nil {
+			if err := startLeased(c, cfg.Cluster); err != nil {
+				cancel()
+				return nil, err
+			}
 		}
 	}
 	return c, nil

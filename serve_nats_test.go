@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sparkles-dev/sparkles/internal/app"
+	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -274,7 +275,7 @@ func TestServeNATSCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{natsstore.DefaultStreamName, "KV_" + natsstore.DefaultKVBucket,
-		"KV_" + natsstore.DefaultNodeBucket, "KV_" + natsstore.DefaultLeaseBucket} {
+		"KV_" + natscluster.DefaultNodeBucket, "KV_" + natscluster.DefaultLeaseBucket} {
 		stream, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/internal/metrics"
+	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/retention"
@@ -101,8 +102,8 @@ type Main struct {
 	Observer Observer
 
 	Metrics     *metrics.Metrics
-	Store       Store              // opened by Run unless set before it (a wrapped store in tests); Close closes it
-	Cluster     *natsstore.Cluster // with a NATS store only
+	Store       Store                // opened by Run unless set before it (a wrapped store in tests); Close closes it
+	Cluster     *natscluster.Cluster // with a NATS store only
 	Retainer    *retention.Loop
 	Coordinator *coordinator.Coordinator
 	Server      *server.Server
@@ -309,7 +310,7 @@ func (m *Main) openStore(ctx context.Context) (st Store, where string, err error
 		return nil, "", fmt.Errorf("--nats-replicas %d: JetStream keeps 1 to 5 replicas (3 on a cluster of 3 or more servers)", m.NATSReplicas)
 	}
 	if m.NodeID == "" {
-		m.NodeID = natsstore.DefaultNodeName()
+		m.NodeID = natscluster.DefaultNodeName()
 	}
 	// The stream's own age limit is a safety net far above the retention
 	// loop's, which prunes first and moves the watermarks as it does.
@@ -318,10 +319,10 @@ func (m *Main) openStore(ctx context.Context) (st Store, where string, err error
 	if err != nil {
 		return nil, "", fmt.Errorf("cannot open the NATS store at %s: %w", where, err)
 	}
-	cl, err := ns.JoinCluster(ctx, natsstore.ClusterOptions{Node: m.NodeID, LeaseTTL: m.LeaseTTL, Logger: m.Logger, Replicas: m.NATSReplicas})
+	cl, err := natscluster.Join(ctx, ns, natscluster.Options{Node: m.NodeID, LeaseTTL: m.LeaseTTL, Logger: m.Logger, Replicas: m.NATSReplicas})
 	if err != nil {
 		ns.Close()
-		if errors.Is(err, natsstore.ErrNodeInUse) {
+		if errors.Is(err, natscluster.ErrNodeInUse) {
 			return nil, "", fmt.Errorf("node id %q is taken by a live coordinator on %s; pass another --node-id (if it was this node's last run, its registration expires within --lease-ttl)", m.NodeID, where)
 		}
 		return nil, "", fmt.Errorf("cannot join the coordinators on %s: %w", where, err)

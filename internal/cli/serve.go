@@ -12,7 +12,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/confine"
-	"github.com/sparkles-dev/sparkles/internal/natsstore"
+	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/urfave/cli/v2"
 )
@@ -27,7 +27,7 @@ func newServeCommand() *cli.Command {
 			&cli.StringFlag{Name: "store", EnvVars: []string{"SPARKLES_STORE"}, Usage: "event store: empty for the bbolt file in --data-dir, or nats://HOST:PORT for NATS JetStream shared by several coordinators"},
 			&cli.BoolFlag{Name: "start-empty", EnvVars: []string{"SPARKLES_START_EMPTY"}, Usage: "start with a new database even though the data dir's is missing or empty beside sandbox directories (their sandboxes are forgotten)"},
 			&cli.StringFlag{Name: "node-id", EnvVars: []string{"SPARKLES_NODE_ID"}, Usage: "this coordinator's name among those sharing a NATS store: letters, digits, - and _ (default: host name and process id)"},
-			&cli.DurationFlag{Name: "lease-ttl", Value: natsstore.DefaultLeaseTTL, EnvVars: []string{"SPARKLES_LEASE_TTL"}, Usage: "with a NATS store: how long after a coordinator stops renewing its leases another one takes its sandboxes over"},
+			&cli.DurationFlag{Name: "lease-ttl", Value: natscluster.DefaultLeaseTTL, EnvVars: []string{"SPARKLES_LEASE_TTL"}, Usage: "with a NATS store: how long after a coordinator stops renewing its leases another one takes its sandboxes over"},
 			&cli.IntFlag{Name: "nats-replicas", Value: 1, EnvVars: []string{"SPARKLES_NATS_REPLICAS"}, Usage: "with a NATS store: replicas of the stream and buckets serve creates (3 on a JetStream cluster); existing ones keep theirs"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"SPARKLES_TOKEN"}, Usage: "bearer token of the API (default: generated once, kept in <data-dir>/token)"},
 			&cli.DurationFlag{Name: "keepalive", Value: 15 * time.Second, EnvVars: []string{"SPARKLES_KEEPALIVE"}, Usage: "SSE ping interval while a stream is idle"},

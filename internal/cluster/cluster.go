@@ -1,7 +1,9 @@
 // Package cluster is the contract between coordinators that share one
 // store: leases of sandboxes held by nodes, and the calls one node forwards
-// to the node that holds a sandbox's lease. The coordinator uses it; a
-// store that can be shared (natsstore's cluster side) implements it.
+// to the node that holds a sandbox's lease. The coordinator uses it;
+// natscluster implements it on NATS, beside the store it shares
+// (natsstore), which refuses with ErrFenced the appends of a node that
+// lost a sandbox's lease.
 package cluster
 
 import (
@@ -16,7 +18,7 @@ import (
 // Cluster lets several coordinators share one store. Any node answers reads
 // from the store; a sandbox's agent runs on the one node that holds the
 // sandbox's lease, and the calls that drive it (turns, cancels, decisions,
-// deletes) are forwarded there. natsstore implements it on NATS.
+// deletes) are forwarded there. natscluster implements it on NATS.
 //
 // Leases belong to the node: they hold while the node renews them (Renew,
 // at least every TTL/3) and lapse together when it stops, so a node that

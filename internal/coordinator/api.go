@@ -2,15 +2,15 @@ package coordinator
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
 
 	"github.com/sparkles-dev/sparkles/internal/cluster"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// call runs an operation on the runtime of an existing sandbox: here, or
-// with a cluster on the node that holds the sandbox's lease. A deleted
-// sandbox has no runtime left to hold, so any node answers for it.
+// call runs an operation on the runtime of an existing sandbox, where its
+// placement has it (see placement.go).
 func (c *Coordinator) call(ctx context.Context, call cluster.Call) (any, error) {
 	// Every call writes: none is taken while the store refuses writes.
 	if err := c.Writable(); err != nil {
@@ -20,23 +20,7 @@ func (c *Coordinator) call(ctx context.Context, call cluster.Call) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	if !c.hasAgents() {
-		return nil, sandbox.Errorf(sandbox.EConflict, "this server runs no agents")
-	}
-	if c.cl != nil && sb.Status != sandbox.StatusDeleted {
-		return c.route(ctx, sb, call)
-	}
-	for {
-		b, err := c.box(sb.ID)
-		if err != nil {
-			return nil, err
-		}
-		v, err := c.exec(ctx, b, sb, call)
-		if !errors.Is(err, errMoved) {
-			return v, err
-		}
-		// The box was retired as the leases lapsed; a new one answers.
-	}
+	return c.runtimes.call(ctx, sb, call)
 }
 
 // exec runs call on b, this node's runtime of sb.
@@ -46,8 +30,8 @@ func (c *Coordinator) exec(ctx context.Context, b *box, sb sandbox.Sandbox, call
 		ferr error
 	)
 	if err := b.do(ctx, func() {
-		if c.cl != nil && !c.current(b) {
-			ferr = errMoved // the lease lapsed since b was found
+		if !c.current(b) {
+			ferr = errMoved // retired since b was found: the lease lapsed
 			return
 		}
 		if sb.Status == sandbox.StatusDeleted {
@@ -82,11 +66,9 @@ func (c *Coordinator) exec(ctx context.Context, b *box, sb sandbox.Sandbox, call
 	if ferr != nil || call.Op != cluster.OpDelete {
 		return v, ferr
 	}
-	if c.cl != nil {
-		// Nothing runs for a deleted sandbox: its lease is of no more use.
-		if err := c.cl.Release(ctx, sb.ID); err != nil {
-			c.log.Warn("cluster: release of a deleted sandbox", "sandbox_id", sb.ID, "err", err)
-		}
+	// Nothing runs for a deleted sandbox: its lease is of no more use.
+	if err := c.place.release(ctx, sb.ID); err != nil {
+		c.log.Warn("cluster: release of a deleted sandbox", "sandbox_id", sb.ID, "err", err)
 	}
 	return c.store.Sandbox(ctx, sb.ID)
 }
@@ -94,25 +76,7 @@ func (c *Coordinator) exec(ctx context.Context, b *box, sb sandbox.Sandbox, call
 // DeleteSandbox stops a sandbox's agent, cancels its running turn and marks it
 // deleted. Its log stays readable until retention drops it.
 func (c *Coordinator) DeleteSandbox(ctx context.Context, id string) (sandbox.Sandbox, error) {
-	if !c.hasAgents() {
-		if err := c.Writable(); err != nil {
-			return sandbox.Sandbox{}, err
-		}
-		err := c.store.Append(ctx, id, nil, func(st *sandbox.State) error {
-			st.Sandbox.Status, st.Sandbox.StatusDetail = sandbox.StatusDeleted, "deleted by request"
-			st.Sandbox.UpdatedAt = c.now()
-			return nil
-		})
-		c.noteWrite(id, err)
-		if storeFault(err) {
-			return sandbox.Sandbox{}, unavailable(err)
-		}
-		if err != nil {
-			return sandbox.Sandbox{}, err
-		}
-		return c.store.Sandbox(ctx, id)
-	}
-	return callAs[sandbox.Sandbox](ctx, c, cluster.Call{Op: cluster.OpDelete, SandboxID: id})
+	return c.runtimes.delete(ctx, id)
 }
 
 // StartTurn accepts a prompt as a new turn. It runs at once when the agent is
@@ -147,11 +111,10 @@ func (c *Coordinator) Turn(ctx context.Context, id, turnID string) (sandbox.Turn
 		}
 	}
 	t, err := c.store.Turn(ctx, id, turnID)
-	if !sandbox.IsType(err, sandbox.ENotFound) || c.cl == nil {
-		return t, err
-	}
-	if sb, serr := c.store.Sandbox(ctx, id); serr == nil && sb.CurrentTurn != nil && sb.CurrentTurn.ID == turnID {
-		return *sb.CurrentTurn, nil
+	if sandbox.IsType(err, sandbox.ENotFound) {
+		if q, ok := c.place.queued(ctx, id, turnID); ok {
+			return q, nil
+		}
 	}
 	return t, err
 }
@@ -166,4 +129,25 @@ func (c *Coordinator) CancelTurn(ctx context.Context, id, turnID string) (sandbo
 // Decide resolves a pending approval with the user's decision.
 func (c *Coordinator) Decide(ctx context.Context, id, approvalID string, d sandbox.Decision) (sandbox.Approval, error) {
 	return callAs[sandbox.Approval](ctx, c, cluster.Call{Op: cluster.OpDecide, SandboxID: id, ApprovalID: approvalID, Decision: &d})
+}
+
+// callAs runs call and returns its answer as a T, whether it ran here or
+// came back as JSON from the holder.
+func callAs[T any](ctx context.Context, c *Coordinator, call cluster.Call) (T, error) {
+	var zero T
+	v, err := c.call(ctx, call)
+	if err != nil {
+		return zero, err
+	}
+	switch v := v.(type) {
+	case T:
+		return v, nil
+	case json.RawMessage:
+		var out T
+		if err := json.Unmarshal(v, &out); err != nil {
+			return zero, fmt.Errorf("decode the answer of a forwarded %s: %w", call.Op, err)
+		}
+		return out, nil
+	}
+	return zero, fmt.Errorf("%s answered %T", call.Op, v)
 }

@@ -115,6 +115,21 @@ func (c *Coordinator) box(id string) (*box, error) {
 	return b, nil
 }
 
+// current reports whether b is the coordinator's box of its sandbox: a
+// box the leased placement retired is not.
+func (c *Coordinator) current(b *box) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.boxes[b.id] == b
+}
+
+// existingBox returns the box of a sandbox if this node has one.
+func (c *Coordinator) existingBox(id string) *box {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.boxes[id]
+}
+
 func stoppedTimer() *time.Timer {
 	t := time.NewTimer(time.Hour)
 	t.Stop()

@@ -21,9 +21,16 @@ var nodeLost = settleReason{
 // errMoved is a call that reached a node which does not hold the lease.
 var errMoved = errors.New("the sandbox's lease is held elsewhere")
 
-// clusterRun is a coordinator's side of a cluster.
-type clusterRun struct {
-	cluster.Cluster
+// leased is the placement of a node of a cluster (see placement.go): a
+// sandbox's runtime is on the node that holds its lease. This node claims
+// a sandbox's lease before it runs anything for it (taking it over and
+// settling what the last holder left open if it was free or lapsed),
+// forwards a call to the holder otherwise, answers the calls forwarded to
+// it, renews its leases and sweeps the sandboxes whose node went away
+// (cluster_leases.go).
+type leased struct {
+	c         *Coordinator
+	cl        cluster.Cluster
 	node      string
 	stopServe func()
 	locks     idLocks
@@ -44,26 +51,60 @@ type servedCall struct {
 // for a retry of it.
 const keepAnswers = 5 * time.Minute
 
-func (r *clusterRun) currentEpoch() uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.epoch
+func (l *leased) currentEpoch() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch
 }
 
-// startCluster serves forwarded calls and starts the lease and sweep loops.
-func (c *Coordinator) startCluster(cl cluster.Cluster) error {
-	r := &clusterRun{Cluster: cl, node: cl.Node(), calls: map[string]*servedCall{}}
-	stop, err := cl.Serve(c.serveCall)
+// startLeased makes c a node of cl: its placement is leased, its store
+// writes under the leases (leasedStore), and it serves forwarded calls and
+// starts the lease and sweep loops.
+func startLeased(c *Coordinator, cl cluster.Cluster) error {
+	l := &leased{c: c, cl: cl, node: cl.Node(), stopServe: func() {}, calls: map[string]*servedCall{}}
+	// Both before the first forwarded call can arrive.
+	c.place = l
+	c.store = leasedStore{Store: c.store, l: l}
+	stop, err := cl.Serve(l.serveCall)
 	if err != nil {
 		return fmt.Errorf("serve forwarded calls: %w", err)
 	}
-	r.stopServe = stop
-	c.cl = r
-	c.store = leasedStore{Store: c.store, c: c}
-	c.loop(c.leaseLoop)
-	c.loop(c.sweepLoop)
+	l.stopServe = stop
+	c.loop(l.leaseLoop)
+	c.loop(l.sweepLoop)
 	return nil
 }
+
+func (l *leased) stop() { l.stopServe() }
+
+// run runs call where the sandbox's lease is (see route). A deleted
+// sandbox has no runtime left to hold, so any node answers for it.
+func (l *leased) run(ctx context.Context, sb sandbox.Sandbox, call cluster.Call) (any, error) {
+	if sb.Status == sandbox.StatusDeleted {
+		return l.c.runHere(ctx, sb, call)
+	}
+	return l.route(ctx, sb, call)
+}
+
+// recover settles only the sandboxes whose node went away (this node's
+// earlier run among them), as the sweep does: the others are the live
+// nodes'.
+func (l *leased) recover(ctx context.Context) error { return l.sweep(ctx) }
+
+func (l *leased) release(ctx context.Context, id string) error { return l.cl.Release(ctx, id) }
+
+// queued finds a turn queued on another node in the sandbox's
+// current_turn, where it is until it starts.
+func (l *leased) queued(ctx context.Context, id, turnID string) (sandbox.Turn, bool) {
+	if sb, err := l.c.store.Sandbox(ctx, id); err == nil && sb.CurrentTurn != nil && sb.CurrentTurn.ID == turnID {
+		return *sb.CurrentTurn, true
+	}
+	return sandbox.Turn{}, false
+}
+
+// probeAny is none: the sandboxes this node does not run are other nodes'
+// to write.
+func (*leased) probeAny(context.Context) string { return "" }
 
 // leasedStore is the store as a node of a cluster writes it. An append
 // the store refuses because this node no longer holds the sandbox's lease
@@ -74,13 +115,13 @@ func (c *Coordinator) startCluster(cl cluster.Cluster) error {
 // the runtime does before it is retired writes nothing.
 type leasedStore struct {
 	sandbox.Store
-	c *Coordinator
+	l *leased
 }
 
 func (s leasedStore) Append(ctx context.Context, id string, events []*sandbox.Event, mutate func(*sandbox.State) error) error {
 	err := s.Store.Append(ctx, id, events, mutate)
 	if errors.Is(err, cluster.ErrFenced) {
-		s.c.fenced(id)
+		s.l.fenced(id)
 	}
 	return err
 }
@@ -91,13 +132,13 @@ func (s leasedStore) Append(ctx context.Context, id string, events []*sandbox.Ev
 // sandbox by this node meanwhile finds no box and makes a new one, with
 // the new lease; the old box's abandon is queued long before this node
 // could win the lease back (a TTL of the other node's at least).
-func (c *Coordinator) fenced(id string) {
-	b := c.existingBox(id)
+func (l *leased) fenced(id string) {
+	b := l.c.existingBox(id)
 	if b == nil {
 		return
 	}
-	c.log.Warn("cluster: this node lost the lease of a sandbox; stopping its agent without writing", "node", c.cl.node, "sandbox_id", id)
-	go c.retire(b)
+	l.c.log.Warn("cluster: this node lost the lease of a sandbox; stopping its agent without writing", "node", l.node, "sandbox_id", id)
+	go l.c.retire(b)
 }
 
 // loop runs fn in the background until Close.
@@ -113,49 +154,51 @@ func (c *Coordinator) loop(fn func(ctx context.Context)) {
 // this node holds it (taking it over and settling what the last holder
 // left open if it was free or lapsed), or the node that holds it. With
 // makeBox false it only takes over and settles.
-func (c *Coordinator) claim(ctx context.Context, id string, makeBox bool) (*box, string, error) {
-	unlock := c.cl.locks.lock(id)
+func (l *leased) claim(ctx context.Context, id string, makeBox bool) (*box, string, error) {
+	c := l.c
+	unlock := l.locks.lock(id)
 	defer unlock()
 	if b := c.existingBox(id); b != nil {
-		return b, c.cl.node, nil
+		return b, l.node, nil
 	}
-	epoch := c.cl.currentEpoch()
-	cl, err := c.cl.Claim(ctx, id)
+	epoch := l.currentEpoch()
+	cl, err := l.cl.Claim(ctx, id)
 	if err != nil {
 		return nil, "", err
 	}
-	if cl.Owner != c.cl.node {
+	if cl.Owner != l.node {
 		return nil, cl.Owner, nil
 	}
 	if cl.Taken {
-		c.log.Info("cluster: took over sandbox", "node", c.cl.node, "sandbox_id", id)
+		c.log.Info("cluster: took over sandbox", "node", l.node, "sandbox_id", id)
 		if err := c.recoverOne(ctx, id, nodeLost); err != nil {
 			// Let go, so that whoever claims it next settles it.
-			if rerr := c.cl.Release(context.WithoutCancel(ctx), id); rerr != nil {
+			if rerr := l.cl.Release(context.WithoutCancel(ctx), id); rerr != nil {
 				c.log.Warn("cluster: release after a failed settle", "sandbox_id", id, "err", rerr)
 			}
 			return nil, "", fmt.Errorf("settle sandbox %s: %w", id, err)
 		}
 	}
 	if !makeBox {
-		return nil, c.cl.node, nil
+		return nil, l.node, nil
 	}
 	b, err := c.box(id)
 	if err != nil {
 		return nil, "", err
 	}
-	if !c.held(b, epoch) {
+	if !l.held(b, epoch) {
 		return nil, "", errMoved // the leases lapsed while this one was claimed
 	}
-	return b, c.cl.node, nil
+	return b, l.node, nil
 }
 
 // route runs call where the sandbox's lease is: here (taking it if it is
 // free or lapsed) or on its holder. A holder that does not answer is asked
 // again (a node that died with the call in flight never answers) until it
 // does or its lease lapses and this node takes over.
-func (c *Coordinator) route(ctx context.Context, sb sandbox.Sandbox, call cluster.Call) (any, error) {
-	ttl := c.cl.TTL()
+func (l *leased) route(ctx context.Context, sb sandbox.Sandbox, call cluster.Call) (any, error) {
+	c := l.c
+	ttl := l.cl.TTL()
 	giveUp := time.Now().Add(2*ttl + 30*time.Second)
 	attempt := max(ttl, time.Second)
 	pause := min(max(ttl/8, 10*time.Millisecond), time.Second)
@@ -163,7 +206,7 @@ func (c *Coordinator) route(ctx context.Context, sb sandbox.Sandbox, call cluste
 		call.ID = sandbox.NewID("call_")
 	}
 	for {
-		b, owner, err := c.claim(ctx, sb.ID, true)
+		b, owner, err := l.claim(ctx, sb.ID, true)
 		switch {
 		case errors.Is(err, errMoved):
 		case err != nil:
@@ -177,9 +220,9 @@ func (c *Coordinator) route(ctx context.Context, sb sandbox.Sandbox, call cluste
 			return nil, errMoved
 		default:
 			fwd := call
-			fwd.From = c.cl.node
+			fwd.From = l.node
 			actx, cancel := context.WithTimeout(ctx, attempt)
-			rep, err := c.cl.Forward(actx, owner, fwd)
+			rep, err := l.cl.Forward(actx, owner, fwd)
 			cancel()
 			switch {
 			case ctx.Err() != nil:
@@ -210,27 +253,26 @@ func (c *Coordinator) route(ctx context.Context, sb sandbox.Sandbox, call cluste
 }
 
 // serveCall answers a call forwarded by another node, once per call ID.
-func (c *Coordinator) serveCall(ctx context.Context, call cluster.Call) cluster.Reply {
-	if c.ctx.Err() != nil || call.From == "" {
+func (l *leased) serveCall(ctx context.Context, call cluster.Call) cluster.Reply {
+	if l.c.ctx.Err() != nil || call.From == "" {
 		return cluster.Reply{Moved: true}
 	}
 	if call.ID == "" {
-		return c.runCall(ctx, call)
+		return l.runCall(ctx, call)
 	}
-	r := c.cl
 	now := time.Now()
-	r.mu.Lock()
-	sc, again := r.calls[call.ID]
+	l.mu.Lock()
+	sc, again := l.calls[call.ID]
 	if !again {
-		for id, old := range r.calls {
+		for id, old := range l.calls {
 			if !old.finished.IsZero() && now.Sub(old.finished) > keepAnswers {
-				delete(r.calls, id)
+				delete(l.calls, id)
 			}
 		}
 		sc = &servedCall{done: make(chan struct{})}
-		r.calls[call.ID] = sc
+		l.calls[call.ID] = sc
 	}
-	r.mu.Unlock()
+	l.mu.Unlock()
 	if again {
 		select {
 		case <-sc.done:
@@ -239,18 +281,19 @@ func (c *Coordinator) serveCall(ctx context.Context, call cluster.Call) cluster.
 			return cluster.Reply{Error: &cluster.ReplyError{Message: "the first attempt of this call is still running"}}
 		}
 	}
-	rep := c.runCall(ctx, call)
-	r.mu.Lock()
+	rep := l.runCall(ctx, call)
+	l.mu.Lock()
 	if rep.Moved {
-		delete(r.calls, call.ID) // asked again, it may be this node's by then
+		delete(l.calls, call.ID) // asked again, it may be this node's by then
 	}
 	sc.rep, sc.finished = rep, time.Now()
-	r.mu.Unlock()
+	l.mu.Unlock()
 	close(sc.done)
 	return rep
 }
 
-func (c *Coordinator) runCall(ctx context.Context, call cluster.Call) cluster.Reply {
+func (l *leased) runCall(ctx context.Context, call cluster.Call) cluster.Reply {
+	c := l.c
 	v, err := c.call(ctx, call)
 	if errors.Is(err, errMoved) {
 		return cluster.Reply{Moved: true}
@@ -281,27 +324,6 @@ func replyResult(r cluster.Reply, node string) (any, error) {
 		return nil, &sandbox.Error{Type: e.Type, Message: e.Message}
 	}
 	return r.Result, nil
-}
-
-// callAs runs call and returns its answer as a T, whether it ran here or
-// came back as JSON from the holder.
-func callAs[T any](ctx context.Context, c *Coordinator, call cluster.Call) (T, error) {
-	var zero T
-	v, err := c.call(ctx, call)
-	if err != nil {
-		return zero, err
-	}
-	switch v := v.(type) {
-	case T:
-		return v, nil
-	case json.RawMessage:
-		var out T
-		if err := json.Unmarshal(v, &out); err != nil {
-			return zero, fmt.Errorf("decode the answer of a forwarded %s: %w", call.Op, err)
-		}
-		return out, nil
-	}
-	return zero, fmt.Errorf("%s answered %T", call.Op, v)
 }
 
 // idLocks serializes claims of the same sandbox on this node, so that a
@@ -342,13 +364,13 @@ func (l *idLocks) lock(id string) (unlock func()) {
 // claimNew takes the lease of a sandbox about to be created, before it
 // exists, so that no sweep of another node finds it without an owner. It
 // returns the epoch to check the new box against.
-func (c *Coordinator) claimNew(ctx context.Context, id string) (uint64, error) {
-	epoch := c.cl.currentEpoch()
-	cl, err := c.cl.Claim(ctx, id)
+func (l *leased) claimNew(ctx context.Context, id string) (uint64, error) {
+	epoch := l.currentEpoch()
+	cl, err := l.cl.Claim(ctx, id)
 	if err != nil {
 		return 0, fmt.Errorf("take the lease of new sandbox %s: %w", id, err)
 	}
-	if cl.Owner != c.cl.node {
+	if cl.Owner != l.node {
 		return 0, fmt.Errorf("the lease of new sandbox %s is held by node %s", id, cl.Owner)
 	}
 	return epoch, nil
@@ -356,10 +378,10 @@ func (c *Coordinator) claimNew(ctx context.Context, id string) (uint64, error) {
 
 // held reports whether b, made in epoch, still holds its lease; a box made
 // while the leases lapsed is retired at once.
-func (c *Coordinator) held(b *box, epoch uint64) bool {
-	if c.cl.currentEpoch() == epoch {
+func (l *leased) held(b *box, epoch uint64) bool {
+	if l.currentEpoch() == epoch {
 		return true
 	}
-	c.retire(b)
+	l.c.retire(b)
 	return false
 }

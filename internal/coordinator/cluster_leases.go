@@ -17,8 +17,9 @@ import (
 // leaseLoop renews this node's leases every TTL/3. When they lapse (a
 // renewal refused, or none succeeded in time) every runtime here stops
 // without writing, since another node may already be settling its sandbox.
-func (c *Coordinator) leaseLoop(ctx context.Context) {
-	ttl := c.cl.TTL()
+func (l *leased) leaseLoop(ctx context.Context) {
+	c := l.c
+	ttl := l.cl.TTL()
 	ticker := time.NewTicker(ttl / 3)
 	defer ticker.Stop()
 	lapse := stoppedTimer()
@@ -26,15 +27,15 @@ func (c *Coordinator) leaseLoop(ctx context.Context) {
 	var until time.Time // the node registered a moment ago; Renew knows
 	for {
 		var err error
-		until, err = c.renew(ctx, until)
+		until, err = l.renew(ctx, until)
 		if errors.Is(err, cluster.ErrLeaseLost) {
-			c.log.Warn("cluster: this node's leases lapsed; stopping its agents", "node", c.cl.node)
-			c.abandonAll()
+			c.log.Warn("cluster: this node's leases lapsed; stopping its agents", "node", l.node)
+			l.abandonAll()
 			// A new set of leases, at once: the node serves again.
-			until, err = c.renew(ctx, time.Time{})
+			until, err = l.renew(ctx, time.Time{})
 		}
 		if err != nil && ctx.Err() == nil {
-			c.log.Warn("cluster: lease renewal failed", "node", c.cl.node, "err", err, "holds_for", time.Until(until).Round(time.Millisecond))
+			c.log.Warn("cluster: lease renewal failed", "node", l.node, "err", err, "holds_for", time.Until(until).Round(time.Millisecond))
 		}
 		lapse.Stop()
 		if d := time.Until(until); d > 0 {
@@ -53,27 +54,28 @@ func (c *Coordinator) leaseLoop(ctx context.Context) {
 // due, or earlier when the leases would lapse (until), so that the loop is
 // back in time to stop the runtimes if it failed. After a lapse (until
 // passed) it has the TTL/3 to register again.
-func (c *Coordinator) renew(ctx context.Context, until time.Time) (time.Time, error) {
-	deadline := time.Now().Add(c.cl.TTL() / 3)
+func (l *leased) renew(ctx context.Context, until time.Time) (time.Time, error) {
+	deadline := time.Now().Add(l.cl.TTL() / 3)
 	if time.Now().Before(until) && until.Before(deadline) {
 		deadline = until
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	return c.cl.Renew(ctx)
+	return l.cl.Renew(ctx)
 }
 
 // abandonAll stops every runtime of this node without writing: their
 // sandboxes' leases lapsed. Whoever takes a lease over settles the turns
 // and approvals left open, as after a crash.
-func (c *Coordinator) abandonAll() {
+func (l *leased) abandonAll() {
+	c := l.c
 	c.mu.Lock()
 	boxes := c.boxes
 	c.boxes = map[string]*box{}
 	c.mu.Unlock()
-	c.cl.mu.Lock()
-	c.cl.epoch++
-	c.cl.mu.Unlock()
+	l.mu.Lock()
+	l.epoch++
+	l.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, b := range boxes {
 		wg.Go(func() { _ = b.do(context.Background(), b.abandon) })
@@ -112,24 +114,10 @@ func (b *box) abandon() {
 	}
 }
 
-// current reports whether b is the coordinator's box of its sandbox.
-func (c *Coordinator) current(b *box) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.boxes[b.id] == b
-}
-
-// existingBox returns the box of a sandbox if this node has one.
-func (c *Coordinator) existingBox(id string) *box {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.boxes[id]
-}
-
 // sweepLoop settles, every TTL, the sandboxes whose node went away, so
 // their open turns end even if nobody calls them.
-func (c *Coordinator) sweepLoop(ctx context.Context) {
-	ticker := time.NewTicker(c.cl.TTL())
+func (l *leased) sweepLoop(ctx context.Context) {
+	ticker := time.NewTicker(l.cl.TTL())
 	defer ticker.Stop()
 	for {
 		select {
@@ -137,15 +125,16 @@ func (c *Coordinator) sweepLoop(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		if err := c.sweep(ctx); err != nil && ctx.Err() == nil {
-			c.log.Warn("cluster: sweep failed", "node", c.cl.node, "err", err)
+		if err := l.sweep(ctx); err != nil && ctx.Err() == nil {
+			l.c.log.Warn("cluster: sweep failed", "node", l.node, "err", err)
 		}
 	}
 }
 
 // sweep takes over every sandbox that may have something running (an open
 // turn, an agent up) and whose lease is free or lapsed, and settles it.
-func (c *Coordinator) sweep(ctx context.Context) error {
+func (l *leased) sweep(ctx context.Context) error {
+	c := l.c
 	var (
 		failed int
 		first  error
@@ -161,7 +150,7 @@ func (c *Coordinator) sweep(ctx context.Context) error {
 			if !needsOwner(sb) || c.existingBox(sb.ID) != nil {
 				continue
 			}
-			if _, _, err := c.claim(ctx, sb.ID, false); err != nil {
+			if _, _, err := l.claim(ctx, sb.ID, false); err != nil {
 				if failed++; first == nil {
 					first = fmt.Errorf("sandbox %s: %w", sb.ID, err)
 				}

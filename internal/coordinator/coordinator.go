@@ -79,8 +79,9 @@ type Config struct {
 
 	// Cluster, when set, shares the store with other coordinators: each
 	// sandbox's agent runs on the node holding its lease, and calls posted
-	// to another node are forwarded there (see cluster.go). Nil runs every
-	// sandbox here, as the only coordinator of its store.
+	// to another node are forwarded there (the leased placement,
+	// cluster.go). Nil runs every sandbox here, as the only coordinator of
+	// its store (local). A coordinator without agents ignores it.
 	Cluster cluster.Cluster
 }
 
@@ -138,7 +139,10 @@ type Coordinator struct {
 	health  storeHealth
 	stalled atomic.Int64 // boxes with writes waiting for the store
 
-	cl *clusterRun // nil without a cluster
+	// Chosen once, in New: whether sandboxes have agent runtimes, and on
+	// which node each one runs (see placement.go).
+	runtimes runtimes
+	place    placement
 }
 
 // CreateParams is the body of a create request.
@@ -201,11 +205,17 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{cfg: cfg, store: cfg.Store, log: cfg.Logger, ctx: ctx, cancel: cancel, boxes: map[string]*box{}, slots: newSlots(cfg.MaxAgents)}
-	// Without agents there are no runtimes to place, so no node owns anything.
-	if cfg.Cluster != nil && c.hasAgents() {
-		if err := c.startCluster(cfg.Cluster); err != nil {
-			cancel()
-			return nil, err
+	// Chosen once (placement.go): whether sandboxes have runtimes, and on
+	// which node each one runs. Without agents there are no runtimes to
+	// place, so no node owns anything, cluster or not.
+	c.runtimes, c.place = noRuntimes{c}, local{c}
+	if hasAgents(cfg) {
+		c.runtimes = agentRuntimes{c}
+		if cfg.Cluster != nil {
+			if err := startLeased(c, cfg.Cluster); err != nil {
+				cancel()
+				return nil, err
+			}
 		}
 	}
 	return c, nil
@@ -225,9 +235,6 @@ func agentNames(cfg Config) []string {
 	slices.Sort(names)
 	return names
 }
-
-// hasAgents reports whether sandboxes get an agent runtime at all.
-func (c *Coordinator) hasAgents() bool { return len(c.cfg.Agents)+len(c.cfg.Builtins) > 0 }
 
 func checkMap(field string, m map[string]string) error {
 	if len(m) > maxMapEntries {
@@ -259,24 +266,16 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 			return sandbox.Sandbox{}, err
 		}
 	}
-	agentName := p.Agent
-	if c.hasAgents() {
-		if agentName == "" {
-			agentName = c.cfg.DefaultAgent
-		}
-		if !slices.Contains(agentNames(c.cfg), agentName) {
-			return sandbox.Sandbox{}, sandbox.Errorf(sandbox.EInvalidRequest,
-				"unknown agent %q; this server has: %v", agentName, agentNames(c.cfg))
-		}
-	} else if agentName != "" {
-		return sandbox.Sandbox{}, sandbox.Errorf(sandbox.EInvalidRequest, "unknown agent %q; this server runs no agents", agentName)
+	agentName, status, err := c.runtimes.agent(p.Agent)
+	if err != nil {
+		return sandbox.Sandbox{}, err
 	}
 	now := c.now()
 	id := sandbox.NewID(sandbox.PrefixSandbox)
 	sb := sandbox.Sandbox{
 		ID:        id,
 		Object:    "sandbox",
-		Status:    sandbox.StatusCreating,
+		Status:    status,
 		Agent:     agentName,
 		CreatedAt: now,
 		UpdatedAt: now,
@@ -284,9 +283,6 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
-	}
-	if !c.hasAgents() {
-		sb.Status = sandbox.StatusReady
 	}
 	cfgJSON, err := json.Marshal(config{Env: p.Env, Secrets: p.Secrets})
 	if err != nil {
@@ -296,36 +292,21 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 	if err := c.Writable(); err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	var epoch uint64
-	if c.cl != nil {
-		if epoch, err = c.claimNew(ctx, sb.ID); err != nil {
-			return sandbox.Sandbox{}, err
-		}
+	epoch, err := c.place.claimNew(ctx, sb.ID)
+	if err != nil {
+		return sandbox.Sandbox{}, err
 	}
 	err = c.store.Create(ctx, sb, cfgJSON)
 	c.noteWrite("", err)
 	if err != nil {
-		if c.cl != nil {
-			_ = c.cl.Release(context.WithoutCancel(ctx), sb.ID)
-		}
+		_ = c.place.release(context.WithoutCancel(ctx), sb.ID)
 		if storeFault(err) {
 			return sandbox.Sandbox{}, unavailable(err)
 		}
 		return sandbox.Sandbox{}, err
 	}
-	if c.hasAgents() {
-		b, err := c.box(sb.ID)
-		if err != nil {
-			return sandbox.Sandbox{}, err
-		}
-		if c.cl != nil && !c.held(b, epoch) {
-			// The node's leases lapsed meanwhile: whoever takes the new
-			// sandbox over settles it, and its next turn boots the agent.
-			return c.store.Sandbox(ctx, sb.ID)
-		}
-		if err := b.do(ctx, func() { b.boot(false) }); err != nil {
-			return sandbox.Sandbox{}, err
-		}
+	if err := c.runtimes.start(ctx, sb.ID, epoch); err != nil {
+		return sandbox.Sandbox{}, err
 	}
 	return c.store.Sandbox(ctx, sb.ID)
 }
@@ -381,9 +362,7 @@ func (c *Coordinator) AppendEvents(ctx context.Context, id string, events ...*sa
 // canceled and agents are stopped. The store stays open; its owner closes it,
 // as does the owner of a Cluster (which then lets go of this node's leases).
 func (c *Coordinator) Close() error {
-	if c.cl != nil {
-		c.cl.stopServe()
-	}
+	c.place.stop()
 	c.cancel()
 	c.wg.Wait()
 	return nil

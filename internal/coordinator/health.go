@@ -194,7 +194,8 @@ func (c *Coordinator) probe(ctx context.Context) {
 }
 
 // probeTarget picks the sandbox a probe writes to: the one whose write was
-// refused, else one this node runs, else (alone on the store) any.
+// refused, else one this node runs, else (alone on the store) any: see
+// placement.probeAny.
 func (c *Coordinator) probeTarget(ctx context.Context, last string) string {
 	if last != "" {
 		if _, err := c.store.Sandbox(ctx, last); err == nil {
@@ -207,12 +208,5 @@ func (c *Coordinator) probeTarget(ctx context.Context, last string) string {
 		return id
 	}
 	c.mu.Unlock()
-	if c.cl != nil {
-		return "" // the other sandboxes are other nodes' to write
-	}
-	list, _, err := c.store.Sandboxes(ctx, "", 1)
-	if err != nil || len(list) == 0 {
-		return ""
-	}
-	return list[0].ID
+	return c.place.probeAny(ctx)
 }

@@ -18,10 +18,10 @@ import (
 // With a cluster, the sandboxes of other live nodes are theirs: only those
 // whose node went away (this node's earlier run among them) are settled,
 // as the sweep does.
-func (c *Coordinator) Recover(ctx context.Context) error {
-	if c.cl != nil {
-		return c.sweep(ctx)
-	}
+func (c *Coordinator) Recover(ctx context.Context) error { return c.place.recover(ctx) }
+
+// recoverAll settles every sandbox of the store as left by a restart.
+func (c *Coordinator) recoverAll(ctx context.Context) error {
 	after := ""
 	for {
 		list, more, err := c.store.Sandboxes(ctx, after, 100)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sparkles-dev/sparkles/internal/natsstore"
+	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -65,10 +65,10 @@ func benchAppend(b *testing.B, cfg natstest.Config, writers, events int, fenced 
 	ctx := context.Background()
 	url, _ := natstest.RunServerConfig(b, cfg)
 	s := mustOpenChecked(b, url)
-	var cl *natsstore.Cluster
+	var cl *natscluster.Cluster
 	if fenced {
 		var err error
-		if cl, err = s.JoinCluster(ctx, natsstore.ClusterOptions{Node: "bench", LeaseTTL: time.Minute,
+		if cl, err = natscluster.Join(ctx, s, natscluster.Options{Node: "bench", LeaseTTL: time.Minute,
 			Logger: slog.New(slog.DiscardHandler)}); err != nil {
 			b.Fatal(err)
 		}

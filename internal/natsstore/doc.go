@@ -1,7 +1,12 @@
 // Package natsstore keeps the sandboxes' event logs and states in NATS
 // JetStream, so several coordinator processes can share them. It implements
 // sandbox.Store and the retention methods (Prune, Compact, Drop, Stats,
-// Check) like boltstore, and is the only package that speaks to JetStream.
+// Check) like boltstore. The leases of those processes, their registry
+// and the calls they forward to each other are not the store's: package
+// natscluster keeps them on the store's connection (Store.Conn,
+// Store.Bucket), and the two meet at one seam, the fences (Store.Fences;
+// see "Fencing" below). natsstore imports neither natscluster nor the
+// coordinator; of the cluster contract it knows only cluster.ErrFenced.
 //
 // # Layout
 //
@@ -88,6 +93,16 @@
 // write after another node took the sandbox over (fence.go). Taking a
 // lease puts up a fence on the sandbox's fence subject; its sequence is
 // the node's epoch, and state.<id> is rewritten with it as the owner.
+//
+// The leases are natscluster's, the fences the store's, and Fences is
+// the seam between them. A process that joins a cluster calls
+// Store.Fences once with a hook that reports whether its leases hold now,
+// and gets the *Fences it puts up with: Hold when it takes a sandbox's
+// lease (before it writes the sandbox; it returns the epoch), Lose when it
+// lets go of one, LoseAll when its leases lapse or it leaves. The store
+// asks the hook before every append to a sandbox it holds, and refuses
+// the append without sending anything once the leases do not hold; a
+// store whose Fences nobody took writes unfenced.
 // Every publish of an append expects the last sequence of the log and the
 // fence subject together (one wildcard subject covers both) to be what
 // the writer last saw, so a fence put up since refuses it; pipelined

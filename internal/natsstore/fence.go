@@ -34,6 +34,52 @@ import (
 //   - an append by a process whose hold is known lost (its lease lapsed, a
 //     newer fence was seen) is refused before anything is sent, and so is
 //     one by a node that never held the lease of a fenced sandbox.
+//
+// The leases themselves are not the store's: natscluster keeps them, and
+// Fences is the one seam between the two. The cluster puts up a fence
+// with Fences.Hold when it takes a lease, drops it with Lose and LoseAll
+// when it lets go of one or all of them, and gives the store, once, the
+// hook that says whether its leases hold now.
+
+// Fences is the store's side of a cluster's leases: the fences that the
+// node holding a sandbox's lease puts up on the sandbox's log, and that
+// every append of this process to the sandbox is checked against. Get it
+// with Store.Fences.
+type Fences struct{ s *Store }
+
+// Fences makes this process write as a node of a cluster and returns the
+// fences for its leases. held reports whether the node's leases hold now:
+// while they do not, every append to a sandbox this process holds is
+// refused before it is sent. From this call on, a sandbox that any node
+// fenced is refused to this process unless it holds the sandbox's fence;
+// before it (a store of no cluster) the store writes unfenced. A later
+// call replaces held.
+func (s *Store) Fences(held func() bool) *Fences {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leases = held
+	return &Fences{s: s}
+}
+
+// Hold puts up this process's fence on the log of sandbox id, whose lease
+// the caller just took, and returns its epoch: from then on, appends of
+// any earlier holder are refused, and this process's are checked against
+// the epoch. who is the fence's body, for people reading the stream.
+func (f *Fences) Hold(ctx context.Context, id string, who []byte) (epoch uint64, err error) {
+	return f.s.hold(ctx, id, who)
+}
+
+// Holding reports whether this process holds the log of sandbox id now:
+// it put up a fence that it has not lost since.
+func (f *Fences) Holding(id string) bool { return f.s.holding(id) }
+
+// Lose ends this process's hold of sandbox id, if any: it let go of the
+// lease, and its appends to the sandbox are refused until the next Hold.
+func (f *Fences) Lose(id string) { f.s.loseHold(id, 0) }
+
+// LoseAll ends every hold of this process: the node's leases lapsed, or
+// it left the cluster.
+func (f *Fences) LoseAll() { f.s.loseHolds() }
 
 // FencedError is an append refused because this process does not hold the
 // sandbox's log (any more): another node put up a newer fence, or this
@@ -122,11 +168,12 @@ func (s *Store) putFence(ctx context.Context, id string, who []byte) (uint64, er
 
 // holdOf returns this process's epoch on the log of sandbox id: 0 for a
 // sandbox it never held (written unfenced, as without a cluster), and a
-// FencedError when its hold is lost or its cluster's leases lapsed.
+// FencedError when its hold is lost or its cluster's leases lapsed (the
+// hook given to Fences says so).
 func (s *Store) holdOf(id string) (uint64, error) {
 	s.mu.Lock()
 	epoch, ok := s.holds[id]
-	cl := s.cluster
+	leases := s.leases
 	s.mu.Unlock()
 	if !ok {
 		return 0, nil
@@ -134,16 +181,14 @@ func (s *Store) holdOf(id string) (uint64, error) {
 	if epoch == 0 {
 		return 0, &FencedError{SandboxID: id}
 	}
-	if cl != nil {
-		if _, held := cl.held(); !held {
-			s.loseHold(id, epoch)
-			return 0, &FencedError{SandboxID: id, Epoch: epoch}
-		}
+	if leases != nil && !leases() {
+		s.loseHold(id, epoch)
+		return 0, &FencedError{SandboxID: id, Epoch: epoch}
 	}
 	return epoch, nil
 }
 
-// holds reports whether this process holds the log of sandbox id now.
+// holding reports whether this process holds the log of sandbox id now.
 func (s *Store) holding(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -159,7 +204,7 @@ func (s *Store) holding(id string) bool {
 func (s *Store) checkHold(id string, epoch uint64, v view) error {
 	if epoch == 0 {
 		s.mu.Lock()
-		inCluster := s.cluster != nil
+		inCluster := s.leases != nil
 		s.mu.Unlock()
 		if inCluster && (v.fence != 0 || v.owner != 0) {
 			return &FencedError{SandboxID: id, Holder: max(v.fence, v.owner)}

@@ -6,12 +6,14 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sparkles-dev/sparkles/internal/cluster"
+	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -27,7 +29,7 @@ type fenced struct {
 	t        *testing.T
 	url      string
 	a, b     *natsstore.Store
-	ca, cb   *natsstore.Cluster
+	ca, cb   *natscluster.Cluster
 	id       string
 	js       jetstream.JetStream
 	replicas int
@@ -60,13 +62,13 @@ func newFenced(t *testing.T, url string, replicas int) *fenced {
 	return f
 }
 
-func (f *fenced) join(role string) (*natsstore.Store, *natsstore.Cluster) {
+func (f *fenced) join(role string) (*natsstore.Store, *natscluster.Cluster) {
 	f.t.Helper()
 	s, err := natsstore.Open(context.Background(), f.url, natsstore.Options{Logger: slog.New(slog.DiscardHandler), Replicas: f.replicas})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	cl, err := s.JoinCluster(context.Background(), natsstore.ClusterOptions{
+	cl, err := natscluster.Join(context.Background(), s, natscluster.Options{
 		Node: role + "-" + f.id, LeaseTTL: fenceTTL,
 		Replicas: f.replicas, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -80,12 +82,21 @@ func (f *fenced) join(role string) (*natsstore.Store, *natsstore.Cluster) {
 	return s, cl
 }
 
+func mustClaim(tb testing.TB, cl *natscluster.Cluster, id string) cluster.Claim {
+	tb.Helper()
+	got, err := cl.Claim(context.Background(), id)
+	if err != nil {
+		tb.Fatalf("%s claims %s: %v", cl.Node(), id, err)
+	}
+	return got
+}
+
 // takeOver removes a's registration, as when its process stayed paused
 // past the TTL, and b takes the sandbox over. It returns b's fence.
 func (f *fenced) takeOver() uint64 {
 	f.t.Helper()
 	ctx := context.Background()
-	nodes, err := f.js.KeyValue(ctx, natsstore.DefaultNodeBucket)
+	nodes, err := f.js.KeyValue(ctx, natscluster.DefaultNodeBucket)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -260,7 +271,7 @@ func testFence(t *testing.T, url string, replicas int) {
 		// a learns that its leases lapsed and nobody took the sandbox: it
 		// sends nothing.
 		f := newFenced(t, url, replicas)
-		nodes, err := f.js.KeyValue(ctx, natsstore.DefaultNodeBucket)
+		nodes, err := f.js.KeyValue(ctx, natscluster.DefaultNodeBucket)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -302,4 +313,69 @@ func (f *fenced) waitLog(before uint64) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// TestFencesSeam: the store's side of fencing alone, driven as natscluster
+// drives it. A hold's epoch is the sequence of its fence; the holder's
+// appends go through while its hook says the leases hold, and are refused,
+// sending nothing, once it does not; a process that holds no fence of a
+// fenced sandbox may not write it; a newer hold elsewhere refuses the
+// earlier holder; Lose ends a hold.
+func TestFencesSeam(t *testing.T) {
+	ctx := context.Background()
+	url, _ := natstest.RunServer(t)
+	js := rawJetStream(t, url)
+	a, b := mustOpenChecked(t, url), mustOpenChecked(t, url)
+	var aLeases atomic.Bool
+	aLeases.Store(true)
+	fa := a.Fences(aLeases.Load)
+	fb := b.Fences(func() bool { return true })
+	const id = "c_seam"
+	lastOf := func(subject string) uint64 {
+		t.Helper()
+		stream, err := js.Stream(ctx, natsstore.DefaultStreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, err := stream.GetLastMsgForSubject(ctx, subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg.Sequence
+	}
+
+	epoch, err := fa.Hold(ctx, id, []byte(`{"node":"a"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fence := lastOf(natsstore.DefaultSubjectPrefix + "-fence." + id); epoch != fence {
+		t.Fatalf("Hold's epoch %d, want the fence's sequence %d", epoch, fence)
+	}
+	if !fa.Holding(id) || fb.Holding(id) {
+		t.Fatalf("Holding: a %v, b %v; want a only", fa.Holding(id), fb.Holding(id))
+	}
+	mustCreate(t, a, id)
+	last := mustAppend(t, a, id, textEvent("a1"))
+	waitHead(t, b, id, last[0])
+
+	mustRefuse(t, b.Append(ctx, id, []*sandbox.Event{textEvent("b holds no fence")}, nil))
+
+	aLeases.Store(false)
+	before := lastOf(natsstore.DefaultSubjectPrefix + "." + id)
+	mustRefuse(t, a.Append(ctx, id, []*sandbox.Event{textEvent("a's leases lapsed")}, nil))
+	if got := lastOf(natsstore.DefaultSubjectPrefix + "." + id); got != before {
+		t.Fatalf("an append after the leases lapsed sent something: the log's last message moved from %d to %d", before, got)
+	}
+	if fa.Holding(id) {
+		t.Fatal("a still holds the sandbox after an append found its leases lapsed")
+	}
+	aLeases.Store(true)
+	mustRefuse(t, a.Append(ctx, id, []*sandbox.Event{textEvent("a's hold is lost")}, nil))
+
+	if _, err := fb.Hold(ctx, id, []byte(`{"node":"b"}`)); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, b, id, textEvent("b1"))
+	fb.Lose(id)
+	mustRefuse(t, b.Append(ctx, id, []*sandbox.Event{textEvent("b let go")}, nil))
 }

@@ -149,6 +149,21 @@ func replicated(info *jetstream.StreamInfo) bool {
 	return info.Cluster != nil && (info.Cluster.RaftGroup != "" || len(info.Cluster.Replicas) > 0)
 }
 
+// Bucket opens a key-value bucket on the store's connection, creating it
+// as cfg says if it does not exist. An existing bucket keeps its settings;
+// check, when not nil, refuses one Sparkles cannot work with. The cluster
+// side (natscluster) keeps its node and lease buckets so.
+func (s *Store) Bucket(ctx context.Context, cfg jetstream.KeyValueConfig, check func(jetstream.KeyValueStatus) error) (jetstream.KeyValue, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	if check == nil {
+		check = func(jetstream.KeyValueStatus) error { return nil }
+	}
+	return s.openBucket(ctx, cfg, check)
+}
+
 // openBucket opens a key-value bucket, creating it as cfg says if it does
 // not exist. An existing bucket keeps its settings; check refuses one that
 // Sparkles cannot work with.
@@ -175,20 +190,11 @@ func (s *Store) openBucket(ctx context.Context, cfg jetstream.KeyValueConfig, ch
 	return kv, nil
 }
 
-// noTTL refuses a bucket whose keys expire: states and leases must stay
-// until Sparkles removes them.
+// noTTL refuses a bucket whose keys expire: states must stay until
+// Sparkles removes them.
 func noTTL(st jetstream.KeyValueStatus) error {
 	if st.TTL() != 0 {
 		return fmt.Errorf("its keys expire after %s", st.TTL())
-	}
-	return nil
-}
-
-// needTTL refuses a bucket whose keys never expire: a node's registration
-// must lapse when the node stops renewing it.
-func needTTL(st jetstream.KeyValueStatus) error {
-	if st.TTL() <= 0 {
-		return errors.New("its keys never expire, so a dead node's leases would never lapse")
 	}
 	return nil
 }

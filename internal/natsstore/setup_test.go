@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
 )
@@ -102,8 +103,8 @@ func TestExistingSettings(t *testing.T) {
 		}
 		for _, cfg := range []jetstream.KeyValueConfig{
 			{Bucket: natsstore.DefaultKVBucket, Replicas: 3, History: 5},
-			{Bucket: natsstore.DefaultLeaseBucket, Replicas: 3},
-			{Bucket: natsstore.DefaultNodeBucket, Replicas: 3, TTL: 7 * time.Second},
+			{Bucket: natscluster.DefaultLeaseBucket, Replicas: 3},
+			{Bucket: natscluster.DefaultNodeBucket, Replicas: 3, TTL: 7 * time.Second},
 		} {
 			if _, err := js.CreateKeyValue(ctx, cfg); err != nil {
 				t.Fatal(err)
@@ -114,7 +115,7 @@ func TestExistingSettings(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		cl, err := s.JoinCluster(ctx, natsstore.ClusterOptions{Node: "n1", Replicas: 1, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
+		cl, err := natscluster.Join(ctx, s, natscluster.Options{Node: "n1", Replicas: 1, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +131,7 @@ func TestExistingSettings(t *testing.T) {
 		if !slices.Equal(cfg.Subjects, []string{"sparkles.events.*", "sparkles.events-fence.*"}) || !cfg.AllowAtomicPublish {
 			t.Fatalf("stream after Open: subjects %v, atomic batches %v; want the fence subjects and atomic batches on", cfg.Subjects, cfg.AllowAtomicPublish)
 		}
-		for bucket, want := range map[string]int64{natsstore.DefaultKVBucket: 5, natsstore.DefaultLeaseBucket: 1, natsstore.DefaultNodeBucket: 1} {
+		for bucket, want := range map[string]int64{natsstore.DefaultKVBucket: 5, natscluster.DefaultLeaseBucket: 1, natscluster.DefaultNodeBucket: 1} {
 			kv, err := js.KeyValue(ctx, bucket)
 			if err != nil {
 				t.Fatal(err)
@@ -186,14 +187,14 @@ func TestExistingSettings(t *testing.T) {
 		}
 		t.Run("ErrNodesNoTTL", func(t *testing.T) {
 			url, _ := natstest.RunServer(t)
-			if _, err := rawJetStream(t, url).CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: natsstore.DefaultNodeBucket}); err != nil {
+			if _, err := rawJetStream(t, url).CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: natscluster.DefaultNodeBucket}); err != nil {
 				t.Fatal(err)
 			}
 			s := mustOpen(t, url)
 			defer s.Close()
-			_, err := s.JoinCluster(ctx, natsstore.ClusterOptions{Node: "n1", Logger: slog.New(slog.DiscardHandler)})
+			_, err := natscluster.Join(ctx, s, natscluster.Options{Node: "n1", Logger: slog.New(slog.DiscardHandler)})
 			if err == nil || !strings.Contains(err.Error(), "never expire") {
-				t.Fatalf("JoinCluster with a node bucket whose keys never expire: err = %v", err)
+				t.Fatalf("natscluster.Join with a node bucket whose keys never expire: err = %v", err)
 			}
 		})
 	})

@@ -103,8 +103,10 @@ type Store struct {
 	// holds are this process's holds on the logs it may write, by sandbox
 	// id: the epoch of the fence it published, or 0 once the hold is lost
 	// (see fence.go). A sandbox with no entry is written unfenced.
-	holds   map[string]uint64
-	cluster *Cluster // the cluster this store joined, if any
+	holds map[string]uint64
+	// leases reports whether the leases of the cluster this process is a
+	// node of hold now; nil for a store that is no node (see Fences).
+	leases func() bool
 
 	hooks *testHooks // nil but in tests
 }
@@ -519,6 +521,20 @@ func (s *Store) enter() error {
 }
 
 func (s *Store) leave() { s.closeMu.RUnlock() }
+
+// Conn is what a store shares of its connection with the cluster side of
+// the same process (natscluster), which speaks on it: the NATS
+// connection, the bound of a request that has no deadline of its own
+// (Options.Timeout), and the store's logger. The store owns the
+// connection: Close closes it.
+type Conn struct {
+	NATS    *nats.Conn
+	Timeout time.Duration
+	Logger  *slog.Logger
+}
+
+// Conn returns the store's connection.
+func (s *Store) Conn() Conn { return Conn{NATS: s.nc, Timeout: s.timeout, Logger: s.log} }
 
 // Close waits for the calls in progress, stops following the bucket, wakes
 // every waiter and closes the connection. Every call after Close fails with

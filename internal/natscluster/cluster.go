@@ -1,4 +1,4 @@
-package natsstore
+package natscluster
 
 import (
 	"context"
@@ -11,15 +11,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sparkles-dev/sparkles/internal/cluster"
+	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
 var _ cluster.Cluster = (*Cluster)(nil)
 
-// Defaults of ClusterOptions.
+// Defaults of Options.
 const (
 	DefaultNodeBucket  = "sparkles-nodes"
 	DefaultLeaseBucket = "sparkles-leases"
@@ -28,11 +30,11 @@ const (
 	DefaultCallTimeout = 30 * time.Second
 )
 
-// ErrNodeInUse is returned by JoinCluster when a live node has the name.
+// ErrNodeInUse is returned by Join when a live node has the name.
 var ErrNodeInUse = errors.New("a live node already has this name")
 
-// ClusterOptions tune a Cluster. Zero values take the defaults.
-type ClusterOptions struct {
+// Options tune a Cluster. Zero values take the defaults.
+type Options struct {
 	// Node is this node's name: letters, digits, - and _ (default the
 	// host name and the process id).
 	Node string
@@ -53,14 +55,14 @@ type ClusterOptions struct {
 	// CallTimeout bounds a forwarded call that has no deadline of its own
 	// (default 30s).
 	CallTimeout time.Duration
-	// Replicas of the two buckets when JoinCluster creates them (default 1);
-	// a bucket that exists keeps its own.
+	// Replicas of the two buckets when Join creates them (default 1); a
+	// bucket that exists keeps its own.
 	Replicas int
-	Logger   *slog.Logger
+	Logger   *slog.Logger // default the store's
 }
 
 // Cluster is the NATS implementation of cluster.Cluster, on the
-// connection of a Store.
+// connection of a natsstore.Store, whose fences it puts up (see doc.go).
 //
 // A node is live while its key in the node bucket exists. The bucket's TTL
 // is the lease TTL: JetStream removes a key that long after its last
@@ -81,7 +83,9 @@ type ClusterOptions struct {
 // received that renewal. So no two nodes' clocks need to agree, only to
 // run at about the same rate.
 type Cluster struct {
-	s           *Store
+	nc          *nats.Conn
+	fences      *natsstore.Fences
+	timeout     time.Duration // of a request without a deadline of its own: the store's
 	nodes       jetstream.KeyValue
 	leases      jetstream.KeyValue
 	node        string
@@ -116,11 +120,12 @@ type nodeRecord struct {
 	Renewed   time.Time `json:"renewed,omitzero"`
 }
 
-// JoinCluster registers this process as a node of the cluster sharing the
-// store, creating the node and lease buckets if needed. It fails with
-// ErrNodeInUse if a live node has the same name. Close leaves the cluster;
-// the store's connection stays open.
-func (s *Store) JoinCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
+// Join registers this process as a node of the cluster sharing store s,
+// creating the node and lease buckets if needed, and makes s write under
+// the node's fences (natsstore.Store.Fences). It fails with ErrNodeInUse
+// if a live node has the same name. Close leaves the cluster; the store's
+// connection stays open.
+func Join(ctx context.Context, s *natsstore.Store, opts Options) (*Cluster, error) {
 	if opts.Node == "" {
 		opts.Node = DefaultNodeName()
 	}
@@ -145,20 +150,17 @@ func (s *Store) JoinCluster(ctx context.Context, opts ClusterOptions) (*Cluster,
 	if opts.Replicas < 1 {
 		opts.Replicas = 1
 	}
+	conn := s.Conn()
 	if opts.Logger == nil {
-		opts.Logger = s.log
+		opts.Logger = conn.Logger
 	}
-	if err := s.enter(); err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	ctx, cancel := s.opCtx(ctx)
+	ctx, cancel := opCtx(ctx, conn.Timeout)
 	defer cancel()
-	nodes, err := s.nodeBucket(ctx, opts)
+	nodes, err := nodeBucket(ctx, s, opts)
 	if err != nil {
 		return nil, err
 	}
-	leases, err := s.openBucket(ctx, jetstream.KeyValueConfig{
+	leases, err := s.Bucket(ctx, jetstream.KeyValueConfig{
 		Bucket:      opts.LeaseBucket,
 		Description: "Sparkles sandbox leases: the node that runs each sandbox's agent",
 		History:     1,
@@ -178,7 +180,8 @@ func (s *Store) JoinCluster(ctx context.Context, opts ClusterOptions) (*Cluster,
 			"bucket", opts.NodeBucket, "ttl", ttl, "asked", opts.LeaseTTL)
 	}
 	c := &Cluster{
-		s:           s,
+		nc:          conn.NATS,
+		timeout:     conn.Timeout,
 		nodes:       nodes,
 		leases:      leases,
 		node:        opts.Node,
@@ -193,17 +196,17 @@ func (s *Store) JoinCluster(ctx context.Context, opts ClusterOptions) (*Cluster,
 	if err := c.register(ctx); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	s.cluster = c
-	s.mu.Unlock()
+	// The seam with the store: from here on its appends are fenced, and
+	// refused while this node's leases do not hold.
+	c.fences = s.Fences(c.leasesHold)
 	return c, nil
 }
 
 // nodeBucket opens the node bucket, creating it with the asked TTL if it
 // does not exist. An existing bucket keeps its TTL: changing it under live
 // nodes that renew on the old one would expire them.
-func (s *Store) nodeBucket(ctx context.Context, opts ClusterOptions) (jetstream.KeyValue, error) {
-	return s.openBucket(ctx, jetstream.KeyValueConfig{
+func nodeBucket(ctx context.Context, s *natsstore.Store, opts Options) (jetstream.KeyValue, error) {
+	return s.Bucket(ctx, jetstream.KeyValueConfig{
 		Bucket:      opts.NodeBucket,
 		Description: "Sparkles coordinator nodes; a key expires when its node stops renewing it",
 		History:     1,
@@ -259,7 +262,9 @@ func (c *Cluster) record(instance string) []byte {
 // register writes this node's key under a new instance. A key of a live
 // node of the same name is left alone; one of this node's own earlier
 // instance (it lapsed here, not yet on the server) is replaced, which ends
-// that instance's leases at once.
+// that instance's leases at once. A new instance holds nothing yet: once
+// the store's fences are this node's (after Join), re-registering drops
+// them all.
 func (c *Cluster) register(ctx context.Context) error {
 	c.mu.Lock()
 	prev := c.instance
@@ -288,8 +293,11 @@ func (c *Cluster) register(ctx context.Context) error {
 	c.mu.Lock()
 	c.instance, c.rev, c.until = inst, rev, start.Add(c.ttl-c.margin)
 	clear(c.owned)
+	fences := c.fences
 	c.mu.Unlock()
-	c.s.loseHolds() // a new instance holds nothing yet
+	if fences != nil {
+		fences.LoseAll()
+	}
 	return nil
 }
 
@@ -342,7 +350,7 @@ func (c *Cluster) lapse(inst string) {
 	}
 	c.mu.Unlock()
 	if lapsed {
-		c.s.loseHolds()
+		c.fences.LoseAll()
 	}
 }
 
@@ -351,6 +359,13 @@ func (c *Cluster) held() (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.instance, c.rev != 0 && time.Now().Before(c.until)
+}
+
+// leasesHold reports whether this node's leases hold now: the hook the
+// store asks before a fenced append.
+func (c *Cluster) leasesHold() bool {
+	_, ok := c.held()
+	return ok
 }
 
 // Ready reports whether this node's leases hold now: it is registered and
@@ -375,10 +390,10 @@ func (c *Cluster) Claim(ctx context.Context, id string) (cluster.Claim, error) {
 	c.mu.Lock()
 	_, mine := c.owned[id]
 	c.mu.Unlock()
-	if mine && c.s.holding(id) {
+	if mine && c.fences.Holding(id) {
 		return cluster.Claim{Owner: c.node}, nil
 	}
-	ctx, cancel := c.s.opCtx(ctx)
+	ctx, cancel := opCtx(ctx, c.timeout)
 	defer cancel()
 	mineNow := string(c.leaseValue(inst))
 	for attempt := 1; ; attempt++ {
@@ -430,10 +445,10 @@ func (c *Cluster) Claim(ctx context.Context, id string) (cluster.Claim, error) {
 // fence puts up this instance's fence on the log of sandbox id, unless it
 // holds one already.
 func (c *Cluster) fence(ctx context.Context, inst, id string) error {
-	if c.s.holding(id) {
+	if c.fences.Holding(id) {
 		return nil
 	}
-	if _, err := c.s.hold(ctx, id, c.leaseValue(inst)); err != nil {
+	if _, err := c.fences.Hold(ctx, id, c.leaseValue(inst)); err != nil {
 		return fmt.Errorf("cluster: fence the log of %s: %w", id, err)
 	}
 	return nil
@@ -489,11 +504,11 @@ func (c *Cluster) Release(ctx context.Context, id string) error {
 	rev, ok := c.owned[id]
 	delete(c.owned, id)
 	c.mu.Unlock()
-	c.s.loseHold(id, 0)
+	c.fences.Lose(id)
 	if !ok {
 		return nil
 	}
-	ctx, cancel := c.s.opCtx(ctx)
+	ctx, cancel := opCtx(ctx, c.timeout)
 	defer cancel()
 	err := c.leases.Delete(ctx, id, jetstream.LastRevision(rev))
 	if isConflict(err) {
@@ -511,14 +526,14 @@ func (c *Cluster) Close() error {
 	c.serving, c.rev, c.closed = nil, 0, true
 	clear(c.owned)
 	c.mu.Unlock()
-	c.s.loseHolds()
+	c.fences.LoseAll()
 	if srv != nil {
 		srv.stop()
 	}
 	if rev == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.s.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	err := c.nodes.Delete(ctx, c.node, jetstream.LastRevision(rev))
 	if isConflict(err) {

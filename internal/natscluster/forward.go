@@ -1,4 +1,4 @@
-package natsstore
+package natscluster
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func (c *Cluster) Forward(ctx context.Context, node string, call cluster.Call) (
 		ctx, cancel = context.WithTimeout(ctx, c.callTimeout)
 		defer cancel()
 	}
-	msg, err := c.s.nc.RequestWithContext(ctx, c.callSubject(node), data)
+	msg, err := c.nc.RequestWithContext(ctx, c.callSubject(node), data)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return cluster.Reply{}, fmt.Errorf("cluster: node %s: %w", node, cluster.ErrUnreachable)
 	}
@@ -49,14 +49,14 @@ func (c *Cluster) Forward(ctx context.Context, node string, call cluster.Call) (
 
 // Serve answers forwarded calls. See cluster.Cluster.
 func (c *Cluster) Serve(handle func(ctx context.Context, call cluster.Call) cluster.Reply) (func(), error) {
-	srv := &server{handle: handle, timeout: c.callTimeout, log: c.log, nc: c.s.nc}
-	sub, err := c.s.nc.Subscribe(c.callSubject(c.node), srv.serve)
+	srv := &server{handle: handle, timeout: c.callTimeout, log: c.log, nc: c.nc}
+	sub, err := c.nc.Subscribe(c.callSubject(c.node), srv.serve)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: subscribe to %s: %w", c.callSubject(c.node), err)
 	}
 	srv.sub = sub
 	// Only once the server has the subscription do calls reach this node.
-	if err := c.s.nc.Flush(); err != nil {
+	if err := c.nc.Flush(); err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("cluster: subscribe to %s: %w", c.callSubject(c.node), err)
 	}

@@ -1,4 +1,4 @@
-package natsstore_test
+package natscluster_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/cluster"
+	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -15,10 +16,10 @@ import (
 
 // mustJoin opens a store on url and joins the cluster on it as node name;
 // both are closed by the test's cleanup unless a test killed them first.
-func mustJoin(tb testing.TB, url, name string, ttl time.Duration) (*natsstore.Store, *natsstore.Cluster) {
+func mustJoin(tb testing.TB, url, name string, ttl time.Duration) (*natsstore.Store, *natscluster.Cluster) {
 	tb.Helper()
 	s := mustOpen(tb, url)
-	cl, err := s.JoinCluster(context.Background(), natsstore.ClusterOptions{
+	cl, err := natscluster.Join(context.Background(), s, natscluster.Options{
 		Node: name, LeaseTTL: ttl, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		s.Close()
@@ -31,7 +32,7 @@ func mustJoin(tb testing.TB, url, name string, ttl time.Duration) (*natsstore.St
 	return s, cl
 }
 
-func mustClaim(tb testing.TB, cl *natsstore.Cluster, id string) cluster.Claim {
+func mustClaim(tb testing.TB, cl *natscluster.Cluster, id string) cluster.Claim {
 	tb.Helper()
 	got, err := cl.Claim(context.Background(), id)
 	if err != nil {
@@ -42,7 +43,7 @@ func mustClaim(tb testing.TB, cl *natsstore.Cluster, id string) cluster.Claim {
 
 // mustRenew renews cl's leases, registering it again if they lapsed (a
 // slow machine may take longer than a short TTL to set a test up).
-func mustRenew(tb testing.TB, cl *natsstore.Cluster) {
+func mustRenew(tb testing.TB, cl *natscluster.Cluster) {
 	tb.Helper()
 	_, err := cl.Renew(context.Background())
 	if errors.Is(err, cluster.ErrLeaseLost) {
@@ -57,7 +58,7 @@ func mustRenew(tb testing.TB, cl *natsstore.Cluster) {
 // cl renews as a live node does. A lapsed lease is only gone once the
 // server has expired its node's key, so this polls, at a fraction of the
 // TTL, until a generous deadline.
-func waitClaim(tb testing.TB, cl *natsstore.Cluster, id string) cluster.Claim {
+func waitClaim(tb testing.TB, cl *natscluster.Cluster, id string) cluster.Claim {
 	tb.Helper()
 	deadline := time.After(20 * time.Second)
 	tick := time.NewTicker(cl.TTL() / 10)
@@ -110,8 +111,8 @@ func TestClusterClaim(t *testing.T) {
 	t.Run("ErrNodeInUse", func(t *testing.T) {
 		s := mustOpen(t, url)
 		defer s.Close()
-		_, err := s.JoinCluster(context.Background(), natsstore.ClusterOptions{Node: "node-a", Logger: slog.New(slog.DiscardHandler)})
-		if !errors.Is(err, natsstore.ErrNodeInUse) {
+		_, err := natscluster.Join(context.Background(), s, natscluster.Options{Node: "node-a", Logger: slog.New(slog.DiscardHandler)})
+		if !errors.Is(err, natscluster.ErrNodeInUse) {
 			t.Fatalf("join under a live node's name: %v, want ErrNodeInUse", err)
 		}
 	})
@@ -166,7 +167,7 @@ func TestClusterKilled(t *testing.T) {
 	id := sandbox.NewID(sandbox.PrefixSandbox)
 	mustRenew(t, a)
 	mustClaim(t, a, id)
-	natsstore.KillConnection(sa)
+	killConnection(sa)
 	if got := waitClaim(t, b, id); !got.Taken {
 		t.Fatalf("takeover claim = %+v, want Taken", got)
 	}

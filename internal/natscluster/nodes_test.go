@@ -1,4 +1,4 @@
-package natsstore_test
+package natscluster_test
 
 import (
 	"bufio"
@@ -18,6 +18,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/cluster"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
 	"github.com/sparkles-dev/sparkles/internal/syncbuf"
@@ -38,7 +39,7 @@ type node struct {
 	name    string
 	dir     string
 	store   *natsstore.Store
-	cluster *natsstore.Cluster
+	cluster *natscluster.Cluster
 	co      *coordinator.Coordinator
 	srv     *server.Server
 	url     string
@@ -47,12 +48,12 @@ type node struct {
 
 func startNode(t *testing.T, natsURL, name string) *node {
 	t.Helper()
-	return startNodeWith(t, natsURL, name, natsstore.Options{}, natsstore.ClusterOptions{LeaseTTL: nodeTTL})
+	return startNodeWith(t, natsURL, name, natsstore.Options{}, natscluster.Options{LeaseTTL: nodeTTL})
 }
 
 // startNodeWith is startNode with the store's and the cluster's options
 // (their names and loggers are set here).
-func startNodeWith(t *testing.T, natsURL, name string, opts natsstore.Options, copts natsstore.ClusterOptions) *node {
+func startNodeWith(t *testing.T, natsURL, name string, opts natsstore.Options, copts natscluster.Options) *node {
 	t.Helper()
 	ctx := context.Background()
 	log := testLogger(t, name)
@@ -63,7 +64,7 @@ func startNodeWith(t *testing.T, natsURL, name string, opts natsstore.Options, c
 		t.Fatal(err)
 	}
 	copts.Node, copts.Logger = name, log
-	if n.cluster, err = n.store.JoinCluster(ctx, copts); err != nil {
+	if n.cluster, err = natscluster.Join(ctx, n.store, copts); err != nil {
 		t.Fatal(err)
 	}
 	n.co, err = coordinator.New(coordinator.Config{
@@ -122,7 +123,7 @@ func (n *node) stop() {
 // status written, no lease let go), then its agents and HTTP server stop.
 func (n *node) kill() {
 	n.done = true
-	natsstore.KillConnection(n.store)
+	killConnection(n.store)
 	n.co.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -543,7 +544,7 @@ func TestLeaseLapse(t *testing.T) {
 	until(t, frames, typeIs(sandbox.TypeMessageUpdated))
 
 	ctx := context.Background()
-	nodes, err := rawJetStream(t, natsURL).KeyValue(ctx, natsstore.DefaultNodeBucket)
+	nodes, err := rawJetStream(t, natsURL).KeyValue(ctx, natscluster.DefaultNodeBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,83 @@
+package natscluster_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sparkles-dev/sparkles/internal/natsstore"
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// The store helpers these tests share with natsstore's.
+
+var t0 = time.Date(2026, 8, 6, 14, 0, 0, 0, time.UTC)
+
+func mustOpen(tb testing.TB, url string) *natsstore.Store {
+	tb.Helper()
+	s, err := natsstore.Open(context.Background(), url, natsstore.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+func mustCreate(tb testing.TB, s *natsstore.Store, id string) {
+	tb.Helper()
+	sb := sandbox.Sandbox{ID: id, Object: "sandbox", Status: sandbox.StatusReady, Agent: "demo", CreatedAt: t0, UpdatedAt: t0}
+	if err := s.Create(context.Background(), sb, []byte(`{}`)); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func textEvent(text string) *sandbox.Event {
+	return &sandbox.Event{Type: sandbox.TypeMessageUpdated, TS: t0,
+		Data: &sandbox.MessageUpdated{MessageID: "msg_1", PartID: "part_1", Kind: sandbox.PartText, Text: text}}
+}
+
+// waitHead waits, on wake-ups, until s has seen the last id of sandbox id
+// reach last.
+func waitHead(tb testing.TB, s *natsstore.Store, id string, last uint64) {
+	tb.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		ch := s.Wait(id)
+		head, err := s.Head(id)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if head.LastEventID >= last {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			tb.Fatalf("%s: head stuck at %d, want %d", id, head.LastEventID, last)
+		}
+	}
+}
+
+// rawJetStream is a plain client on the server, to do what a node of
+// another process would have done.
+func rawJetStream(tb testing.TB, url string) jetstream.JetStream {
+	tb.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return js
+}
+
+// killConnection closes a store's NATS connection at once, as when its
+// process dies: nothing more is written through it, no lease is let go,
+// and a cluster on it stops answering and renewing.
+func killConnection(s *natsstore.Store) { s.Conn().NATS.Close() }

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,8 +108,16 @@ type Cluster struct {
 // 127.0.0.1, and waits until its JetStream has a meta leader and every
 // server knows every peer, so a stream with n replicas can be created.
 // Each server is shut down by tb.Cleanup.
+//
+// One cluster runs at a time on the machine: go test runs packages in
+// parallel, and two clusters of three servers electing leaders under -race
+// on two cores missed their elections' timeouts (a stream that found no
+// leader, a replica read before it caught up). RunCluster waits for the
+// lock (a file in the temporary directory, locked with flock) and holds
+// it until the test ends.
 func RunCluster(tb testing.TB, n int) *Cluster {
 	tb.Helper()
+	lockClusters(tb)
 	// A clustered server needs its routes at start, so the cluster ports
 	// are chosen first: free ones, taken by the servers a moment later.
 	routes := make([]*url.URL, n)
@@ -218,4 +229,19 @@ func (c *Cluster) StreamLeader(name string) int {
 		}
 	}
 	return -1
+}
+
+// lockClusters takes the machine's cluster lock until tb ends.
+func lockClusters(tb testing.TB) {
+	tb.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "sparkles-natstest-cluster.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		tb.Fatalf("nats cluster lock: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		tb.Fatalf("nats cluster lock: %v", err)
+	}
+	// Registered first, so it runs after the servers' shutdowns.
+	tb.Cleanup(func() { f.Close() })
 }

@@ -44,8 +44,10 @@ func runPeer(ctx context.Context, r *runner) error {
 			return fmt.Errorf("%s: %w", plural(n, "producer"), err)
 		}
 	}
-	if err := peerFanout(ctx, r); err != nil {
-		return fmt.Errorf("fan-out: %w", err)
+	for _, rate := range pick(r, []float64{20, 200}, []float64{50}) {
+		if err := peerFanout(ctx, r, rate); err != nil {
+			return fmt.Errorf("fan-out at %.0f events/s: %w", rate, err)
+		}
 	}
 	if err := peerIdle(ctx, r); err != nil {
 		return fmt.Errorf("idle: %w", err)
@@ -256,9 +258,10 @@ func mercureProducers(ctx context.Context, r *runner, n int, d time.Duration, si
 
 // peerFanout measures one sandbox or topic streamed to many subscribers:
 // one event at a time at a steady rate, each waiting for durability, and
-// every subscriber reads every one.
-func peerFanout(ctx context.Context, r *runner) error {
-	n, d, rate := pick(r, 1000, 20), pick(r, 10*time.Second, 500*time.Millisecond), pick(r, 200.0, 50.0)
+// every subscriber reads every one. 20 events/s is one busy agent's
+// coalesced output, 200 ten of them on one sandbox.
+func peerFanout(ctx context.Context, r *runner, rate float64) error {
+	n, d := pick(r, 1000, 20), pick(r, 10*time.Second, 500*time.Millisecond)
 	s, err := sparklesFanout(ctx, r, n, d, rate)
 	if err != nil {
 		return fmt.Errorf("sparkles: %w", err)

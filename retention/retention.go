@@ -37,6 +37,21 @@ type Store interface {
 	Drop(ctx context.Context, id string) error
 }
 
+// FromPruner is what a Store adds whose logs other processes prune at the
+// same time (the nodes of a cluster over one store, each running a loop).
+// A pass finds its cut by counting the records after the pruned_through it
+// listed; another process's prune since, which the listing and the reads
+// of this one may not show yet, leaves that count too high and the cut too
+// far, and the two prunes together would keep fewer events than
+// MaxEvents. PruneFrom is Prune on the condition that the log is pruned
+// through no further than from, checked in the same step that moves
+// pruned_through. Refused, it removes nothing and returns an error of type
+// sandbox.ECursorPruned; the loop counts that log afresh next pass. A
+// store that one process alone prunes (boltstore) needs none.
+type FromPruner interface {
+	PruneFrom(ctx context.Context, id string, from, through uint64, batch int) (removed int, err error)
+}
+
 // Config is what a Loop needs. Zero values take the defaults.
 type Config struct {
 	Store Store

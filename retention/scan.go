@@ -162,7 +162,10 @@ func (l *Loop) prune(ctx context.Context, sb sandbox.Sandbox, t *track, cutoff t
 	}
 	removed := 0
 	for i, through := range bounds {
-		r, err := l.paced(ctx, i, func() (int, error) { return l.cfg.Store.Prune(ctx, sb.ID, through, l.cfg.Batch) })
+		// The count is of the records after t.pruned: sb.PrunedThrough
+		// for the first batch, the bound of the last one for the next.
+		from := t.pruned
+		r, err := l.paced(ctx, i, func() (int, error) { return l.pruneBatch(ctx, sb.ID, from, through) })
 		removed += r
 		t.count -= r
 		if err != nil {
@@ -175,6 +178,16 @@ func (l *Loop) prune(ctx context.Context, sb sandbox.Sandbox, t *track, cutoff t
 		l.log.Debug("pruned", "sandbox_id", sb.ID, "through", t.pruned, "removed", removed)
 	}
 	return removed, nil
+}
+
+// pruneBatch prunes the log of sandbox id through the given id, on the
+// condition, where the store can check it (FromPruner), that it is pruned
+// through no further than from, where the count that found the cut began.
+func (l *Loop) pruneBatch(ctx context.Context, id string, from, through uint64) (int, error) {
+	if p, ok := l.cfg.Store.(FromPruner); ok {
+		return p.PruneFrom(ctx, id, from, through, l.cfg.Batch)
+	}
+	return l.cfg.Store.Prune(ctx, id, through, l.cfg.Batch)
 }
 
 // restFactor is how many times as long as a write batch took the loop rests

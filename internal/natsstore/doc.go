@@ -141,9 +141,15 @@
 // sandbox from the one process that holds its lease, and fencing keeps it
 // so. Two nodes' Prune or Compact of the same events at once remove each
 // once; a delete that finds the event gone counts as done. Drop should
-// run where the sandbox's writes run. Prune records the new pruned_through before it
-// purges: a reader in another process checks its cursor against the
-// watermark as its watch has delivered it, so in the moment between the
-// two it may serve, to a cursor inside the range just pruned, the events
-// after that range instead of cursor_pruned.
+// run where the sandbox's writes run. Prune records the new pruned_through
+// before it purges: a reader in another process checks its cursor against
+// the watermark as its watch has delivered it, so until the watch
+// delivers the new one it may serve, to a cursor inside the range just
+// pruned (or to 0), the events after that range instead of cursor_pruned.
+// The retention loop of each node counts a log through such reads, so it
+// prunes with PruneFrom: on the condition, checked on the revision the
+// watermarks move from, that the log is pruned no further than where its
+// count began. A count that another node's prune made too high is then
+// refused instead of cutting too far, and two nodes' loops together remove
+// no event that their limit keeps.
 package natsstore

@@ -16,3 +16,15 @@ func SetPublishHook(s *Store, fn func(do func() ([]uint64, error)) ([]uint64, er
 	}
 	s.hooks.publish = fn
 }
+
+// SetWatchHook makes the watch of s call fn with the key of every change
+// of a sandbox's state before it applies it (its own writes included,
+// which s knows already). fn may block: s then serves what it knew, as a
+// process whose watch lags does. nil removes it.
+func SetWatchHook(s *Store, fn func(key string)) {
+	if fn == nil {
+		s.watchHook.Store(nil)
+		return
+	}
+	s.watchHook.Store(&fn)
+}

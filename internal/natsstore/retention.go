@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +23,25 @@ import (
 // JetStream purges a range of a subject as one operation on the server,
 // with no transaction for appends to queue behind.
 func (s *Store) Prune(ctx context.Context, id string, through uint64, batch int) (removed int, err error) {
+	return s.prune(ctx, id, math.MaxUint64, through)
+}
+
+// PruneFrom is Prune on the condition that the log of sandbox id is pruned
+// through no further than from (retention.FromPruner). The retention loop
+// of each node finds its cut by counting the events after the
+// pruned_through it listed, from what this process knows; another node's
+// prune since, which this process's watch may not have delivered yet,
+// leaves that count too high and the cut too far, so that the two prunes
+// together would keep fewer events than the limit. The condition is
+// checked on the state that the revision-checked update of the watermarks
+// is made from, so it holds when they move, and the purge removes nothing
+// above them. Refused, it removes nothing and returns an error of type
+// sandbox.ECursorPruned: the loop counts the log afresh.
+func (s *Store) PruneFrom(ctx context.Context, id string, from, through uint64, batch int) (removed int, err error) {
+	return s.prune(ctx, id, from, through)
+}
+
+func (s *Store) prune(ctx context.Context, id string, from, through uint64) (removed int, err error) {
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
@@ -35,6 +55,11 @@ func (s *Store) Prune(ctx context.Context, id string, through uint64, batch int)
 	var high uint64
 	rev, v, err := s.commitMarks(ctx, e, "prune", func(st *sandbox.State, _ *uint64) (bool, error) {
 		pruned := uint64(st.Sandbox.PrunedThrough)
+		if pruned > from {
+			m := st.Marks()
+			return false, &sandbox.Error{Type: sandbox.ECursorPruned, Marks: &m, Message: fmt.Sprintf(
+				"pruned through %d by another process since the cut through %d was counted from %d", pruned, through, from)}
+		}
 		upTo := min(through, uint64(st.Sandbox.LastEventID))
 		if upTo <= pruned {
 			return false, nil

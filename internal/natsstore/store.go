@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -109,6 +110,10 @@ type Store struct {
 	leases func() bool
 
 	hooks *testHooks // nil but in tests
+	// watchHook, nil but in tests, runs before the watch applies a change
+	// of a sandbox's state, in the watch's goroutine: a test blocks it to
+	// make this process's view lag, as a watch under load does.
+	watchHook atomic.Pointer[func(key string)]
 }
 
 // testHooks are points of the write path where a test makes something
@@ -335,6 +340,9 @@ func (s *Store) watchLoop(ctx context.Context) {
 				return
 			}
 			if kve != nil {
+				if h := s.watchHook.Load(); h != nil {
+					(*h)(kve.Key())
+				}
 				s.applyWatch(kve)
 			}
 		}

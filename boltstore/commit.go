@@ -110,34 +110,20 @@ func (s *Store) commitLoop() {
 				take(r, ok)
 			}
 		}
-		gather := s.gatherFor(fl, err, len(b.reqs))
 		s.land(fl, err)
 		if err != nil {
 			b.fail(fmt.Errorf("commit to event store: an earlier batch failed: %w", err))
 		}
 		b.t.base = nil
-		// Take what is queued; while gathering, wait for more until the
-		// target or the timer.
+		// Take what is queued.
 	drain:
 		for open() {
-			if gather == nil || len(b.reqs) >= gather.target {
-				select {
-				case r, ok := <-s.reqs:
-					take(r, ok)
-					continue
-				default:
-					break drain
-				}
-			}
 			select {
 			case r, ok := <-s.reqs:
 				take(r, ok)
-			case <-gather.timer.C:
-				gather = nil
+			default:
+				break drain
 			}
-		}
-		if gather != nil {
-			gather.timer.Stop()
 		}
 		if len(riders) > 0 && len(b.reqs) > 0 && barrier == nil {
 			s.ride(b, riders)
@@ -159,38 +145,6 @@ func (s *Store) commitLoop() {
 	if err := s.syncFreelist(); err != nil {
 		s.log.Error("event store: writing the free-page list at close failed; the next open rebuilds it from every page", "err", err)
 	}
-}
-
-// Gathering (see gatherFor): a landing that answers at least gatherMin
-// requests has the next batch wait for their writers' next appends, for
-// half the flight's time and at most maxGather.
-const (
-	gatherMin = 16
-	maxGather = 2 * time.Millisecond
-)
-
-// gathering is the batch size the committer waits for after a landing, and
-// until when.
-type gathering struct {
-	target int
-	timer  *time.Timer
-}
-
-// gatherFor decides whether the batch prepared during a flight (prepared
-// requests so far) waits for more before it launches. With many writers,
-// each waiting for its own commit, the pipeline splits them in two halves
-// that take turns: the half the landing answers comes back while the other
-// half's commit is in the air. A commit costs about the same with twice
-// the entries, so waiting a fraction of a commit for the answered writers
-// to come back doubles what the next commit carries. Few writers, or a
-// failed flight, launch at once.
-func (s *Store) gatherFor(fl *flight, err error, prepared int) *gathering {
-	n := len(fl.b.reqs)
-	if err != nil || n < gatherMin {
-		return nil
-	}
-	wait := min(time.Since(fl.start)/2, maxGather)
-	return &gathering{target: min(prepared+n, s.maxBatch), timer: time.NewTimer(wait)}
 }
 
 // rideWait is how long a prune or a compaction waits for a batch of appends

@@ -47,9 +47,11 @@
 //
 // Every write (append, create, prune, compact, drop) goes to one committer
 // goroutine, which runs whatever is queued as one bbolt transaction and one
-// sync (group commit). A request that fails on its own (an unknown sandbox, a
-// mutate error) is left out of the transaction without touching it; a storage
-// error fails the whole batch.
+// sync (group commit), in queue order. A request that fails on its own (an
+// unknown sandbox, a mutate error) is left out of the transaction without
+// touching it; a storage error fails the whole batch. Prunes and
+// compactions are batched like any write, so under load they share the
+// commit of the appends queued beside them.
 //
 // Appends do not touch the sandboxes' buckets. A commit of appends writes one
 // WAL entry per request: the sandbox id, the records with their ids, and the
@@ -57,16 +59,8 @@
 // records). A commit's entries go under a few WAL keys as values of up to
 // 8 KiB, so a commit of 256 one-event appends to 256 sandboxes is a dozen
 // Puts into the WAL's last pages, where writing each sandbox's own buckets
-// would rewrite several pages of each. The committer pipelines such batches: while one commits and syncs,
-// the next is prepared in memory (ids, fold, encoding) on top of the states
-// the first will publish; if the first fails, so does the second. Creates
-// and drops wait for the pipeline to drain and apply in a transaction of
-// their own batch. Prunes and compactions ride: they wait for the next batch
-// of appends (10 ms at most) and apply in its transaction, after its
-// appends, so retention adds page writes to commits that happen anyway
-// instead of transactions and syncs of its own for appends to queue behind.
-// Scan reads records without copying them, so that retention's walks over
-// long logs leave no garbage behind.
+// would rewrite several pages of each. Scan reads records without copying
+// them, so that retention's walks over long logs leave no garbage behind.
 //
 // # Materialization
 //
@@ -79,9 +73,9 @@
 // (backpressure: at twice that, appends wait until it is back under), when
 // it has held entries for 250 ms and nothing else waits, before Stats,
 // Check and Close, and, for the sandbox concerned, inside the transaction
-// of a prune or a compaction. Over the limits, the chunk rides in the next
-// commit of appends (its transaction materializes, truncates, then writes
-// its own WAL value), so it costs no commit of its own. Transactions stay
+// of a prune or a compaction. Over the limits, the next commit carries the
+// chunk (its transaction applies its writes, materializes, truncates, then
+// writes its own WAL values), so it costs no commit of its own. Transactions stay
 // bounded (4,096 records, 2 MiB or 32 sandboxes, at least one sandbox: a
 // chunk rewrites a few pages of every sandbox it touches), so a
 // materialization holds appends for milliseconds, not seconds.

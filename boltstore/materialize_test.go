@@ -418,10 +418,10 @@ func TestMaterializeLimits(t *testing.T) {
 	})
 }
 
-// TestPipelineFailure fails the transaction of a batch while the next one
-// is prepared on top of it: both fail, nothing of either is published, and
-// the next appends take the ids as if neither had been.
-func TestPipelineFailure(t *testing.T) {
+// TestCommitFailure fails the transaction of a batch of appends: every
+// request of it fails, nothing of it is published, and the next appends
+// take the ids as if it had not been.
+func TestCommitFailure(t *testing.T) {
 	ctx := context.Background()
 	s := MustOpenStore(t)
 	mustCreate(t, s, "c_1")
@@ -429,37 +429,25 @@ func TestPipelineFailure(t *testing.T) {
 	mustAppend(t, s, "c_1", textEvents(2)...)
 
 	errDisk := errors.New("disk on fire")
-	inFlight, proceed := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	commits := 0 // the committer's alone
 	s.hooks().failCommit = func() error {
-		fail := false
-		once.Do(func() {
-			close(inFlight)
-			<-proceed
-			fail = true
-		})
-		if fail {
+		if commits++; commits == 2 { // the batch after the stalled one
 			return errDisk
 		}
 		return nil
 	}
-	first := make(chan error, 1)
-	go func() { first <- s.Append(ctx, "c_1", textEvents(1), nil) }()
-	<-inFlight
-	prepared := make(chan struct{})
-	r1, w1 := enqueueAppend(t, s, "c_1", textEvents(2), func(st *sandbox.State) error {
+	release := stallCommitter(t, s, "c_2")
+	r1, w1 := enqueueAppend(t, s, "c_1", textEvents(1), nil)
+	r2, w2 := enqueueAppend(t, s, "c_1", textEvents(2), func(st *sandbox.State) error {
 		st.Sandbox.StatusDetail = "must not be published"
-		close(prepared)
 		return nil
 	})
-	<-prepared // on top of the flight that is about to fail
-	close(proceed)
+	release()
 
-	if err := <-first; !errors.Is(err, errDisk) {
-		t.Fatalf("failed batch: err = %v, want %v", err, errDisk)
-	}
-	if err := <-r1.done; !errors.Is(err, errDisk) {
-		t.Fatalf("batch prepared on the failed one: err = %v, want %v", err, errDisk)
+	for i, r := range []*request{r1, r2} {
+		if err := <-r.done; !errors.Is(err, errDisk) {
+			t.Fatalf("append %d of the failed batch: err = %v, want %v", i+1, err, errDisk)
+		}
 	}
 	for id, want := range map[string]uint64{"c_1": 2, "c_2": 0} {
 		if head, _ := s.Head(id); head.LastEventID != want {
@@ -470,7 +458,7 @@ func TestPipelineFailure(t *testing.T) {
 		t.Fatalf("the failed batch's state was published: %s", mustJSON(t, st.Sandbox))
 	}
 	if got, want := mustAppend(t, s, "c_1", textEvents(1)...), []uint64{3}; !slices.Equal(got, want) {
-		t.Fatalf("ids after the failure = %v, want %v (handed to %v, never published)", got, want, w1.ids)
+		t.Fatalf("ids after the failure = %v, want %v (handed to %v and %v, never published)", got, want, w1.ids, w2.ids)
 	}
 	if got, want := recordIDs(mustRead(t, s, "c_1", 0, 10)), seq(1, 3); !slices.Equal(got, want) {
 		t.Fatalf("log = %v, want %v", got, want)

@@ -75,7 +75,6 @@ type walLimits struct {
 	chunkRecords, chunkBytes int           // bound one materialization transaction
 	chunkSandboxes           int           // and the sandboxes it touches
 	truncateBatch            int           // WAL keys deleted per transaction at most
-	ride                     time.Duration // how long a prune waits for appends to ride with (see commitLoop)
 	valueMax                 int           // bytes of entries per WAL value (see putWAL)
 }
 
@@ -108,8 +107,7 @@ type Store struct {
 	wg      sync.WaitGroup
 
 	// commitMu is held by the committer from the start of a transaction
-	// (or the launch of a flight, see commitLoop) until its result is
-	// published, and by readers that load a sandbox from the file, so a
+	// until its result is published, and by readers that load a sandbox from the file, so a
 	// load never sees a commit before it is published.
 	commitMu sync.Mutex
 
@@ -227,9 +225,6 @@ func (l walLimits) orDefaults() walLimits {
 	def(&l.valueMax, defaultWALValueMax)
 	if l.idle <= 0 {
 		l.idle = defaultWALIdle
-	}
-	if l.ride <= 0 {
-		l.ride = rideWait
 	}
 	return l
 }

@@ -329,9 +329,8 @@ type chunk struct {
 	floor uint64
 }
 
-// pickChunk chooses the sandboxes of the next chunk and adds them to t. The
-// committer calls it outside the transaction (a batch about to launch) or
-// inside it.
+// pickChunk chooses the sandboxes of the next chunk and adds them to t. A
+// sandbox the transaction dropped needs nothing: its buckets are gone.
 func (s *Store) pickChunk(t *txn) (*chunk, error) {
 	ids := slices.SortedFunc(maps.Keys(s.tails), func(a, b string) int {
 		return cmp.Compare(s.tails[a].wal.keys[0], s.tails[b].wal.keys[0])
@@ -346,6 +345,9 @@ func (s *Store) pickChunk(t *txn) (*chunk, error) {
 		c.floor = s.tails[ids[n]].wal.keys[0]
 	}
 	for _, id := range ids[:n] {
+		if p := t.pending[id]; p != nil && p.dropped {
+			continue
+		}
 		p, err := t.sandbox(id)
 		if err != nil {
 			return nil, err

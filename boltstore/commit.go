@@ -138,32 +138,15 @@ func (s *Store) walOver(factor int) bool {
 // on its own, which saves the fsync.
 var errNothingToCommit = errors.New("nothing to commit")
 
-// commit runs a batch of callers' writes as one transaction. When the WAL
-// is over its limits the transaction also materializes a chunk of it
-// (carry), so moving the WAL costs no sync of its own.
+// commit runs a batch of callers' writes as one transaction.
 func (s *Store) commit(batch []*request) {
 	errs := make([]error, len(batch))
-	carry := !s.holdWAL() && s.walOver(1)
-	err := s.update(func(t *txn) error {
-		if err := applyAll(t, batch, errs); err != nil {
-			return err
-		}
-		if !carry {
-			return nil
-		}
-		c, err := s.pickChunk(t)
-		if err != nil {
-			return err
-		}
-		return c.materialize(t)
-	}, true)
+	err := s.update(func(t *txn) error { return applyAll(t, batch, errs) }, true)
 	if err != nil {
 		s.log.Error("event store commit failed", "requests", len(batch), "err", err)
 		for i := range errs {
 			errs[i] = err
 		}
-	} else if carry {
-		s.test.materialized()
 	}
 	for i, r := range batch {
 		r.done <- errs[i]

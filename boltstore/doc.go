@@ -73,10 +73,8 @@
 // (backpressure: at twice that, appends wait until it is back under), when
 // it has held entries for 250 ms and nothing else waits, before Stats,
 // Check and Close, and, for the sandbox concerned, inside the transaction
-// of a prune or a compaction. Over the limits, the next commit carries the
-// chunk (its transaction applies its writes, materializes, truncates, then
-// writes its own WAL values), so it costs no commit of its own. Transactions stay
-// bounded (4,096 records, 2 MiB or 32 sandboxes, at least one sandbox: a
+// of a prune or a compaction. A chunk over the limits is a transaction of
+// its own between two batches. Transactions stay bounded (4,096 records, 2 MiB or 32 sandboxes, at least one sandbox: a
 // chunk rewrites a few pages of every sandbox it touches), so a
 // materialization holds appends for milliseconds, not seconds.
 //

@@ -7,21 +7,15 @@ import (
 	"go.etcd.io/bbolt"
 )
 
-// commitLoop runs the queued writes in batches: whatever is queued when the
-// committer is free (up to MaxBatch) is one batch, applied in order in one
-// transaction and synced once (group commit). There is no wait to gather
-// more: what arrives while a batch commits makes the next one.
-//
-// Between batches the WAL is materialized when it holds more than its
-// limits, or when it is old and nothing else waits; once the queue is
-// closed what is left is materialized, so a clean shutdown leaves an empty
-// WAL.
+// commitLoop runs the queued writes in batches (see doc.go, Writes):
+// whatever is queued when the committer is free, up to MaxBatch requests,
+// is one batch, applied in queue order in one transaction and synced once.
+// It does not wait to gather more: what arrives while a batch commits makes
+// the next one. After each batch, a WAL over its limits is materialized
+// until it is back under them. Once the queue is closed what is left is
+// materialized, so a clean shutdown leaves an empty WAL.
 func (s *Store) commitLoop() {
-	for {
-		r, ok := s.next()
-		if !ok {
-			break
-		}
+	for r := range s.reqs {
 		batch := s.drain([]*request{r})
 		s.flushFor(batch)
 		s.commit(batch)
@@ -37,44 +31,6 @@ func (s *Store) commitLoop() {
 	}
 	if err := s.syncFreelist(); err != nil {
 		s.log.Error("event store: writing the free-page list at close failed; the next open rebuilds it from every page", "err", err)
-	}
-}
-
-// next waits for the next request. When the WAL has held entries for the
-// idle delay and no request waits, it materializes them a chunk at a time
-// until the WAL is empty or a request comes. A pass cut short by requests
-// restarts the delay, so a busy committer materializes at most a chunk per
-// delay this way (relieve bounds the WAL under load).
-func (s *Store) next() (*request, bool) {
-	for {
-		select {
-		case r, ok := <-s.reqs:
-			return r, ok
-		default:
-		}
-		if s.walLen == 0 || s.holdWAL() {
-			r, ok := <-s.reqs
-			return r, ok
-		}
-		if wait := time.Until(s.walSince.Add(s.limits.idle)); wait > 0 {
-			timer := time.NewTimer(wait)
-			select {
-			case r, ok := <-s.reqs:
-				timer.Stop()
-				return r, ok
-			case <-timer.C:
-			}
-			continue
-		}
-		for s.walLen > 0 && len(s.reqs) == 0 {
-			if err := s.materializeChunk(); err != nil {
-				s.log.Error("event store: materializing the WAL failed; retrying later", "err", err)
-				break
-			}
-		}
-		if s.walLen > 0 {
-			s.walSince = time.Now()
-		}
 	}
 }
 
@@ -108,15 +64,13 @@ func (s *Store) flushFor(batch []*request) {
 	}
 }
 
-// relieve materializes a chunk when the WAL holds more than its limits,
-// and keeps at it (the appends queued meanwhile wait: backpressure) while
-// it holds more than twice as much, until it is back under them.
+// relieve materializes the WAL a chunk at a time while it holds more than
+// its limits. The appends queued meanwhile wait (backpressure).
 func (s *Store) relieve() {
 	if s.holdWAL() {
 		return
 	}
-	hard := s.walOver(2)
-	for n := 0; s.walOver(1) && (n == 0 || hard); n++ {
+	for s.walOver() {
 		if err := s.materializeChunk(); err != nil {
 			s.log.Error("event store: materializing the WAL failed", "err", err)
 			return
@@ -129,9 +83,9 @@ func (s *Store) relieve() {
 // found damaged, which is not written again for the WAL's sake.
 func (s *Store) holdWAL() bool { return s.test.keepingWAL() || s.damaged.Load() }
 
-func (s *Store) walOver(factor int) bool {
+func (s *Store) walOver() bool {
 	l := s.limits
-	return s.walRecs > factor*l.maxRecords || s.walBytes > factor*l.maxBytes || s.walLen > factor*l.maxRecords
+	return s.walRecs > l.maxRecords || s.walBytes > l.maxBytes || s.walLen > l.maxRecords
 }
 
 // errNothingToCommit rolls back a transaction in which every request failed
@@ -247,9 +201,6 @@ func (s *Store) observe(t *txn, took time.Duration) {
 func (s *Store) publish(t *txn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.walLen == 0 && t.walPut > 0 {
-		s.walSince = time.Now()
-	}
 	s.walLen += t.walPut - t.walDeleted
 	if t.walEmptied {
 		s.walLen = t.walPut

@@ -68,15 +68,16 @@
 // records under their ids, meta, state, turns, approvals, the events
 // bucket's sequence and the WAL mark) a sandbox at a time, several sandboxes
 // per transaction, oldest WAL entries first, and deletes the WAL entries
-// that no sandbox needs any more (collected first, then deleted). It does so
-// when the WAL holds more than 20,000 unmaterialized records or 8 MiB
-// (backpressure: at twice that, appends wait until it is back under), when
-// it has held entries for 250 ms and nothing else waits, before Stats,
-// Check and Close, and, for the sandbox concerned, inside the transaction
-// of a prune or a compaction. A chunk over the limits is a transaction of
-// its own between two batches. Transactions stay bounded (4,096 records, 2 MiB or 32 sandboxes, at least one sandbox: a
-// chunk rewrites a few pages of every sandbox it touches), so a
-// materialization holds appends for milliseconds, not seconds.
+// that no sandbox needs any more (collected first, then deleted), each
+// chunk in a transaction of its own. It does so after a batch that leaves
+// the WAL over 20,000 unmaterialized records or 8 MiB, chunk after chunk
+// until it is back under them (backpressure: the appends queued meanwhile
+// wait), and for the whole WAL before Stats, Check and Close; a prune or a
+// compaction materializes the sandbox it concerns inside its own
+// transaction. Transactions stay bounded (4,096 records, 2 MiB or 32
+// sandboxes, at least one sandbox: a chunk rewrites a few pages of every
+// sandbox it touches), so a materialization holds appends for
+// milliseconds, not seconds.
 //
 // Until it is materialized, what a sandbox has only in the WAL is kept in
 // memory (its walTail): the records, which are the newest of its log, and

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,7 @@ func BenchmarkAppend(b *testing.B) {
 	for _, writers := range []int{1, 16, 256} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchWriters(b, writers) })
 	}
+	b.Run("paced=1000x20", func(b *testing.B) { benchPaced(b, 1000, 20, 5*time.Second) })
 	b.Run("baseline-tx-per-event", benchBaseline)
 	b.Run("ceiling-one-tx", func(b *testing.B) { benchCeiling(b, 0) })
 	b.Run("ceiling-one-tx-presized", func(b *testing.B) { benchCeiling(b, 1<<30) })
@@ -51,7 +53,8 @@ func BenchmarkAppend(b *testing.B) {
 
 func benchWriters(b *testing.B, writers int) {
 	ctx := context.Background()
-	s := MustOpenStore(b)
+	obs := &countingObserver{}
+	s := MustOpenStoreAt(b, filepath.Join(b.TempDir(), "sparkles.db"), Options{Observer: obs})
 	ids := make([]string, writers)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("c_%04d", i)
@@ -61,6 +64,8 @@ func benchWriters(b *testing.B, writers int) {
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	m := startAppend(s.db)
+	m.obs = obs
+	obs.reset()
 	b.ResetTimer()
 	for _, id := range ids {
 		wg.Go(func() {
@@ -86,11 +91,86 @@ func benchWriters(b *testing.B, writers int) {
 	m.report(b)
 }
 
+// benchPaced is the product's load at the store: sandboxes each append
+// one event every 1/rate s on a ticker of its own (the ticks spread over
+// the period) for d, each append waiting for durability. It reports the
+// rate achieved and the append wait's p50 and p99 (an append is published,
+// so a stream can see it, before it returns). Each iteration is one run of
+// d; -benchtime 1x runs one.
+func benchPaced(b *testing.B, sandboxes int, rate float64, d time.Duration) {
+	ctx := context.Background()
+	obs := &countingObserver{}
+	s := MustOpenStoreAt(b, filepath.Join(b.TempDir(), "sparkles.db"), Options{Observer: obs})
+	ids := make([]string, sandboxes)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("c_%04d", i)
+		mustCreate(b, s, ids[i])
+	}
+	every := time.Duration(float64(time.Second) / rate)
+	var (
+		mu    sync.Mutex
+		waits []time.Duration
+		wg    sync.WaitGroup
+	)
+	errs := make(chan error, sandboxes)
+	m := startAppend(s.db)
+	obs.reset()
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		deadline := time.Now().Add(d)
+		for i, id := range ids {
+			wg.Go(func() {
+				time.Sleep(every * time.Duration(i) / time.Duration(len(ids))) // the tick's phase
+				tick := time.NewTicker(every)
+				defer tick.Stop()
+				var own []time.Duration
+				for now := range tick.C {
+					if now.After(deadline) {
+						break
+					}
+					t0 := time.Now()
+					if err := s.Append(ctx, id, []*sandbox.Event{benchEvent()}, nil); err != nil {
+						errs <- err
+						break
+					}
+					own = append(own, time.Since(t0))
+				}
+				mu.Lock()
+				waits = append(waits, own...)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	slices.Sort(waits)
+	q := func(f float64) float64 {
+		if len(waits) == 0 {
+			return 0
+		}
+		return float64(waits[int(f*float64(len(waits)-1))].Microseconds()) / 1000
+	}
+	b.ReportMetric(float64(len(waits))/elapsed.Seconds(), "events/s")
+	b.ReportMetric(q(0.5), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+	cpu := processCPU() - m.cpu
+	b.ReportMetric(float64(cpu.Microseconds())/float64(max(len(waits), 1)), "cpu-µs/event")
+	b.ReportMetric(obs.perCommit(), "events/commit")
+	b.ReportMetric(0, "ns/op")
+}
+
 // appendRun is what an append benchmark reads before its timed part.
 type appendRun struct {
 	db    *bbolt.DB
 	stats bbolt.Stats
 	cpu   time.Duration
+	obs   *countingObserver // nil for bare bbolt
 }
 
 func startAppend(db *bbolt.DB) appendRun {
@@ -111,6 +191,9 @@ func (r appendRun) report(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(d.TxStats.GetWrite())/float64(b.N), "writes/event")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/event")
+	if r.obs != nil {
+		b.ReportMetric(r.obs.perCommit(), "events/commit")
+	}
 }
 
 // processCPU is the user and system CPU time this process has used.

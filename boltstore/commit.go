@@ -2,151 +2,24 @@ package boltstore
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"go.etcd.io/bbolt"
 )
 
-// commitLoop runs the writes of the queue in batches, one transaction and
-// one sync each. There is no delay to gather a batch: whatever arrived while
-// the previous commit was syncing makes the next one.
-//
-// Batches of appends alone are pipelined: while the transaction of one (its
-// flight) writes and syncs in another goroutine, the next is prepared in
-// memory as its requests arrive (ids, fold, encoding, WAL entries), on top
-// of the states the flight will publish; its transaction then only puts the
-// prepared WAL entries. Publication keeps to commit order, after each sync.
-// Any other write is a barrier: the pipeline drains and the batch that
-// starts with it applies inside its own transaction.
-//
-// Retention's writes (prunes and compactions) ride instead: they wait for
-// the next batch of appends and apply in its transaction, so deleting
-// history costs appends some page writes, never a transaction and a sync of
-// their own to queue behind. A rider that finds no batch within rideWait
-// (or when the store closes) commits alone.
-//
-// Between batches the WAL is materialized when it has grown past its
-// limits, or when it is old and nothing else waits; once the queue is
-// closed what is left is materialized, so a clean shutdown leaves an empty
-// WAL.
+// commitLoop runs the queued writes in batches (see doc.go, Writes):
+// whatever is queued when the committer is free, up to MaxBatch requests,
+// is one batch, applied in queue order in one transaction and synced once.
+// It does not wait to gather more: what arrives while a batch commits makes
+// the next one. After each batch, a WAL over its limits is materialized
+// until it is back under them. Once the queue is closed what is left is
+// materialized, so a clean shutdown leaves an empty WAL.
 func (s *Store) commitLoop() {
-	var fl *flight
-	var barrier *request  // waits for the pipeline to drain
-	var riders []*request // wait for a batch of appends to ride with
-	closed := false
-	for {
-		if fl == nil {
-			if barrier != nil {
-				s.commitSync(append(s.drain([]*request{barrier}), riders...))
-				barrier, riders = nil, nil
-				continue
-			}
-			var r *request
-			ok := false
-			if len(riders) > 0 {
-				if !closed {
-					r, ok = s.nextWithin(s.limits.ride)
-				}
-				if !ok {
-					s.commitSync(riders) // nothing to ride with
-					riders = nil
-					continue
-				}
-			} else {
-				if closed {
-					break
-				}
-				if r, ok = s.next(); !ok {
-					break
-				}
-			}
-			reqs := s.drain([]*request{r})
-			switch {
-			case allRiders(reqs):
-				riders = append(riders, reqs...)
-				continue
-			case len(riders) > 0 || !allAppends(reqs):
-				s.commitSync(append(reqs, riders...))
-				riders = nil
-				continue
-			}
-			b := s.newBatch(nil)
-			for _, r := range reqs {
-				b.add(r)
-			}
-			s.carry(b)
-			fl = s.launch(b)
-			continue
-		}
-
-		// Prepare the next batch while the flight is in the air.
-		b := s.newBatch(fl.b.t)
-		var err error
-		open := func() bool {
-			return barrier == nil && len(riders) == 0 && !closed && len(b.reqs) < s.maxBatch
-		}
-		take := func(r *request, ok bool) {
-			switch {
-			case !ok:
-				closed = true
-			case isAppend(r):
-				b.add(r)
-			case isRider(r):
-				riders = append(riders, r)
-			default:
-				barrier = r
-			}
-		}
-		for landed := false; !landed; {
-			var reqs <-chan *request
-			if open() {
-				reqs = s.reqs
-			}
-			select {
-			case err = <-fl.done:
-				landed = true
-			case r, ok := <-reqs:
-				take(r, ok)
-			}
-		}
-		gather := s.gatherFor(fl, err, len(b.reqs))
-		s.land(fl, err)
-		if err != nil {
-			b.fail(fmt.Errorf("commit to event store: an earlier batch failed: %w", err))
-		}
-		b.t.base = nil
-		// Take what is queued; while gathering, wait for more until the
-		// target or the timer.
-	drain:
-		for open() {
-			if gather == nil || len(b.reqs) >= gather.target {
-				select {
-				case r, ok := <-s.reqs:
-					take(r, ok)
-					continue
-				default:
-					break drain
-				}
-			}
-			select {
-			case r, ok := <-s.reqs:
-				take(r, ok)
-			case <-gather.timer.C:
-				gather = nil
-			}
-		}
-		if gather != nil {
-			gather.timer.Stop()
-		}
-		if len(riders) > 0 && len(b.reqs) > 0 && barrier == nil {
-			s.ride(b, riders)
-			riders, fl = nil, nil
-			s.relieve()
-			continue
-		}
-		s.carry(b)
-		fl = s.launch(b)
+	for r := range s.reqs {
+		batch := s.drain([]*request{r})
+		s.flushFor(batch)
+		s.commit(batch)
+		s.relieve()
 	}
 	// A file found damaged is not written to again; one kept as a crash
 	// leaves it is left so.
@@ -158,76 +31,6 @@ func (s *Store) commitLoop() {
 	}
 	if err := s.syncFreelist(); err != nil {
 		s.log.Error("event store: writing the free-page list at close failed; the next open rebuilds it from every page", "err", err)
-	}
-}
-
-// Gathering (see gatherFor): a landing that answers at least gatherMin
-// requests has the next batch wait for their writers' next appends, for
-// half the flight's time and at most maxGather.
-const (
-	gatherMin = 16
-	maxGather = 2 * time.Millisecond
-)
-
-// gathering is the batch size the committer waits for after a landing, and
-// until when.
-type gathering struct {
-	target int
-	timer  *time.Timer
-}
-
-// gatherFor decides whether the batch prepared during a flight (prepared
-// requests so far) waits for more before it launches. With many writers,
-// each waiting for its own commit, the pipeline splits them in two halves
-// that take turns: the half the landing answers comes back while the other
-// half's commit is in the air. A commit costs about the same with twice
-// the entries, so waiting a fraction of a commit for the answered writers
-// to come back doubles what the next commit carries. Few writers, or a
-// failed flight, launch at once.
-func (s *Store) gatherFor(fl *flight, err error, prepared int) *gathering {
-	n := len(fl.b.reqs)
-	if err != nil || n < gatherMin {
-		return nil
-	}
-	wait := min(time.Since(fl.start)/2, maxGather)
-	return &gathering{target: min(prepared+n, s.maxBatch), timer: time.NewTimer(wait)}
-}
-
-// rideWait is how long a prune or a compaction waits for a batch of appends
-// to ride with before it commits alone. Appends that come further apart
-// than this rarely meet a retention transaction anyway.
-const rideWait = 10 * time.Millisecond
-
-// nextWithin waits up to d for the next request.
-func (s *Store) nextWithin(d time.Duration) (*request, bool) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case r, ok := <-s.reqs:
-		return r, ok
-	case <-timer.C:
-		return nil, false
-	}
-}
-
-// ride commits a prepared batch of appends and the riders in one
-// transaction, the appends first, as commit would apply them. A rider's
-// error of its own fails it alone.
-func (s *Store) ride(b *batch, riders []*request) {
-	errs := make([]error, len(riders))
-	err := s.updateTxn(b.t, func(t *txn) error {
-		return applyAll(t, riders, errs)
-	}, true)
-	if err != nil {
-		s.log.Error("event store commit failed", "requests", len(b.reqs)+len(riders), "err", err)
-		b.fail(err)
-		for i := range errs {
-			errs[i] = err
-		}
-	}
-	b.answer()
-	for i, r := range riders {
-		r.done <- errs[i]
 	}
 }
 
@@ -247,187 +50,6 @@ func (s *Store) drain(reqs []*request) []*request {
 	return reqs
 }
 
-func isAppend(r *request) bool {
-	_, ok := r.w.(*appendWrite)
-	return ok
-}
-
-// isRider reports whether r is a retention write, which rides with the
-// next batch of appends (see commitLoop).
-func isRider(r *request) bool {
-	switch r.w.(type) {
-	case *pruneWrite, *compactWrite:
-		return true
-	}
-	return false
-}
-
-func allRiders(reqs []*request) bool {
-	for _, r := range reqs {
-		if !isRider(r) {
-			return false
-		}
-	}
-	return true
-}
-
-func allAppends(reqs []*request) bool {
-	for _, r := range reqs {
-		if !isAppend(r) {
-			return false
-		}
-	}
-	return true
-}
-
-// batch is a batch of appends prepared outside any transaction.
-type batch struct {
-	t     *txn
-	reqs  []*request
-	errs  []error
-	chunk *chunk // WAL to materialize in the batch's transaction, if any
-}
-
-// newBatch starts a batch on top of the states base (the flight's
-// transaction) will publish, or of the published ones.
-func (s *Store) newBatch(base *txn) *batch {
-	return &batch{t: &txn{s: s, pending: make(map[string]*pending), base: base}}
-}
-
-// add prepares an append. An error of its own fails it alone, as in a
-// transaction; it is answered with the batch.
-func (b *batch) add(r *request) {
-	err := r.ctx.Err()
-	if err == nil {
-		err = b.t.s.refused(r.w)
-	}
-	if err == nil {
-		var txErr error
-		if err, txErr = r.w.apply(b.t); txErr != nil {
-			err = txErr
-		}
-	}
-	b.reqs = append(b.reqs, r)
-	b.errs = append(b.errs, err)
-}
-
-// fail fails every request of the batch: what it prepared rests on states
-// that will not be published.
-func (b *batch) fail(err error) {
-	for i := range b.errs {
-		b.errs[i] = err
-	}
-	b.t = &txn{s: b.t.s, pending: make(map[string]*pending)}
-}
-
-func (b *batch) answer() {
-	for i, r := range b.reqs {
-		r.done <- b.errs[i]
-	}
-}
-
-// flight is a prepared batch whose transaction is running.
-type flight struct {
-	b     *batch
-	done  chan error
-	start time.Time
-}
-
-// launch starts the transaction of a prepared batch, holding commitMu until
-// land has published it. A batch with nothing to write is answered at once.
-func (s *Store) launch(b *batch) *flight {
-	if len(b.reqs) == 0 {
-		return nil
-	}
-	if !b.t.dirty && b.chunk == nil {
-		b.answer()
-		return nil
-	}
-	s.commitMu.Lock()
-	fl := &flight{b: b, done: make(chan error, 1), start: time.Now()}
-	go func() {
-		fl.done <- s.updateDB(func(tx *bbolt.Tx) error {
-			if err := b.t.begin(tx); err != nil {
-				return err
-			}
-			if err := b.chunk.materialize(b.t); err != nil {
-				return err
-			}
-			if err := b.t.flush(); err != nil {
-				return err
-			}
-			return s.test.failure()
-		})
-	}()
-	return fl
-}
-
-// land publishes a flight that committed, or fails its requests, and
-// answers them.
-func (s *Store) land(fl *flight, err error) {
-	b := fl.b
-	if err != nil {
-		s.log.Error("event store commit failed", "requests", len(b.reqs), "err", err)
-		s.forget(b.t)
-		b.fail(s.failedCommit(err))
-	} else {
-		s.test.committed(b.t)
-		s.publish(b.t)
-		s.observe(b.t, time.Since(fl.start))
-	}
-	s.commitMu.Unlock()
-	b.answer()
-	if b.chunk != nil && err == nil {
-		s.test.materialized()
-	}
-}
-
-// commitSync runs a batch that holds writes other than appends: flushes
-// first, then one transaction in which every request applies in order.
-func (s *Store) commitSync(reqs []*request) {
-	s.flushFor(reqs)
-	s.commit(reqs)
-	s.relieve()
-}
-
-// next waits for the next request. When the WAL has held entries for the
-// idle delay and no request waits, it materializes them a chunk at a time
-// until the WAL is empty or a request comes. A pass cut short by requests
-// restarts the delay, so a busy committer materializes at most a chunk per
-// delay this way (relieve bounds the WAL under load).
-func (s *Store) next() (*request, bool) {
-	for {
-		select {
-		case r, ok := <-s.reqs:
-			return r, ok
-		default:
-		}
-		if s.walLen == 0 || s.holdWAL() {
-			r, ok := <-s.reqs
-			return r, ok
-		}
-		if wait := time.Until(s.walSince.Add(s.limits.idle)); wait > 0 {
-			timer := time.NewTimer(wait)
-			select {
-			case r, ok := <-s.reqs:
-				timer.Stop()
-				return r, ok
-			case <-timer.C:
-			}
-			continue
-		}
-		for s.walLen > 0 && len(s.reqs) == 0 {
-			if err := s.materializeChunk(); err != nil {
-				s.log.Error("event store: materializing the WAL failed; retrying later", "err", err)
-				break
-			}
-		}
-		if s.walLen > 0 {
-			s.walSince = time.Now()
-		}
-	}
-}
-
 // flushFor materializes the whole WAL before a batch that asks for it.
 func (s *Store) flushFor(batch []*request) {
 	var err error
@@ -442,35 +64,13 @@ func (s *Store) flushFor(batch []*request) {
 	}
 }
 
-// carry gives a batch of appends about to launch a chunk of the WAL to
-// materialize in its transaction when the WAL holds more than its limits,
-// so moving the WAL costs no commit of its own and overlaps the preparing
-// of the next batch like any flight. Past twice the limits, relieve
-// materializes on its own first (backpressure).
-func (s *Store) carry(b *batch) {
-	if s.walOver(2) {
-		s.relieve()
-	}
-	if s.holdWAL() || !s.walOver(1) || len(b.reqs) == 0 || b.t.base != nil {
-		return
-	}
-	c, err := s.pickChunk(b.t)
-	if err != nil {
-		s.log.Error("event store: choosing WAL to materialize failed", "err", err)
-		return
-	}
-	b.chunk = c
-}
-
-// relieve materializes a chunk when the WAL holds more than its limits,
-// and keeps at it (the appends queued meanwhile wait: backpressure) while
-// it holds more than twice as much, until it is back under them.
+// relieve materializes the WAL a chunk at a time while it holds more than
+// its limits. The appends queued meanwhile wait (backpressure).
 func (s *Store) relieve() {
 	if s.holdWAL() {
 		return
 	}
-	hard := s.walOver(2)
-	for n := 0; s.walOver(1) && (n == 0 || hard); n++ {
+	for s.walOver() {
 		if err := s.materializeChunk(); err != nil {
 			s.log.Error("event store: materializing the WAL failed", "err", err)
 			return
@@ -483,9 +83,9 @@ func (s *Store) relieve() {
 // found damaged, which is not written again for the WAL's sake.
 func (s *Store) holdWAL() bool { return s.test.keepingWAL() || s.damaged.Load() }
 
-func (s *Store) walOver(factor int) bool {
+func (s *Store) walOver() bool {
 	l := s.limits
-	return s.walRecs > factor*l.maxRecords || s.walBytes > factor*l.maxBytes || s.walLen > factor*l.maxRecords
+	return s.walRecs > l.maxRecords || s.walBytes > l.maxBytes || s.walLen > l.maxRecords
 }
 
 // errNothingToCommit rolls back a transaction in which every request failed
@@ -529,18 +129,15 @@ func applyAll(t *txn, reqs []*request, errs []error) error {
 	return nil
 }
 
-// update runs fn in one transaction, writes what the batch changed and
-// publishes it once the commit is synced. The afterCommit hook runs for
-// callers' batches only.
+// update runs fn in one transaction, writes what it changed and publishes
+// it once the commit is synced. callers marks a batch of callers' writes
+// (not a materialization): only those are observed and seen by the
+// afterCommit and failCommit hooks.
 func (s *Store) update(fn func(t *txn) error, callers bool) error {
-	return s.updateTxn(&txn{s: s, pending: make(map[string]*pending)}, fn, callers)
-}
-
-// updateTxn is update on a txn that may hold prepared appends already.
-func (s *Store) updateTxn(t *txn, fn func(t *txn) error, callers bool) error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 
+	t := &txn{s: s, pending: make(map[string]*pending)}
 	start := time.Now()
 	err := s.updateDB(func(tx *bbolt.Tx) error {
 		if err := t.begin(tx); err != nil {
@@ -604,9 +201,6 @@ func (s *Store) observe(t *txn, took time.Duration) {
 func (s *Store) publish(t *txn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.walLen == 0 && t.walPut > 0 {
-		s.walSince = time.Now()
-	}
 	s.walLen += t.walPut - t.walDeleted
 	if t.walEmptied {
 		s.walLen = t.walPut

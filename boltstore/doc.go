@@ -45,26 +45,36 @@
 //
 // # Writes
 //
-// Every write (append, create, prune, compact, drop) goes to one committer
-// goroutine, which runs whatever is queued as one bbolt transaction and one
-// sync (group commit). A request that fails on its own (an unknown sandbox, a
-// mutate error) is left out of the transaction without touching it; a storage
-// error fails the whole batch.
+// Group commit. Every write (append, create, prune, compact, drop) goes to
+// one committer goroutine, which takes whatever is queued when it is free
+// (up to MaxBatch requests) as one batch and applies it, in queue order, in
+// one bbolt transaction and one commit (bbolt syncs twice per commit). It
+// does not wait to gather more: what arrives while a batch commits makes
+// the next one, so batches grow with the load by themselves. A request
+// that fails on its own (an unknown sandbox, a mutate error) is left out of
+// the transaction without touching it; a storage error fails the whole
+// batch. Prunes and compactions are batched like any write, so under load
+// they share the commit of the appends queued beside them. This is what
+// lets writers that each wait for their append share a sync: through the
+// server, 256 writers reached 37,900-39,700 events/s where one writer, a
+// commit per event, got 1,700-2,000 (sparkles bench, append, 2026-12-01,
+// three runs at load 0.7-1.9 on two cores); at the store a commit carries
+// about 125 appends at 256 writers.
 //
-// Appends do not touch the sandboxes' buckets. A commit of appends writes one
-// WAL entry per request: the sandbox id, the records with their ids, and the
-// state a mutate left when one ran (which a replay cannot derive from the
-// records). A commit's entries go under a few WAL keys as values of up to
-// 8 KiB, so a commit of 256 one-event appends to 256 sandboxes is a dozen
-// Puts into the WAL's last pages, where writing each sandbox's own buckets
-// would rewrite several pages of each. The committer pipelines such batches: while one commits and syncs,
-// the next is prepared in memory (ids, fold, encoding) on top of the states
-// the first will publish; if the first fails, so does the second. Creates
-// and drops wait for the pipeline to drain and apply in a transaction of
-// their own batch. Prunes and compactions ride: they wait for the next batch
-// of appends (10 ms at most) and apply in its transaction, after its
-// appends, so retention adds page writes to commits that happen anyway
-// instead of transactions and syncs of its own for appends to queue behind.
+// The WAL. Appends do not touch the sandboxes' buckets. A commit of appends
+// writes one WAL entry per request: the sandbox id, the records with their
+// ids, and the state a mutate left when one ran (which a replay cannot
+// derive from the records). A commit's entries go under a few WAL keys as
+// values of up to 8 KiB, so a commit of 256 one-event appends to 256
+// sandboxes is a dozen Puts into the WAL's last pages, where writing each
+// sandbox's own buckets rewrites several pages of each. With every commit
+// writing the buckets instead, 256 writers got 5,900-7,600 events/s
+// against 38,400-49,400 (3.2 page writes per event against 0.28), and the
+// product's load (1,000 sandboxes at 20 events/s each) reached 7,500 of
+// its 20,000 events/s, append wait p99 176-210 ms, against 19,600 and
+// 20-23 ms (go test -bench Append ./boltstore, alternating runs). The
+// 8 KiB bound keeps a commit from writing the previous commit's value
+// again, since bbolt rewrites the leaf a Put lands in (BENCHMARKS.md).
 // Scan reads records without copying them, so that retention's walks over
 // long logs leave no garbage behind.
 //
@@ -72,19 +82,21 @@
 //
 // The committer moves what the WAL holds into the sandboxes' buckets (the
 // records under their ids, meta, state, turns, approvals, the events
-// bucket's sequence and the WAL mark) a sandbox at a time, several sandboxes
-// per transaction, oldest WAL entries first, and deletes the WAL entries
-// that no sandbox needs any more (collected first, then deleted). It does so
-// when the WAL holds more than 20,000 unmaterialized records or 8 MiB
-// (backpressure: at twice that, appends wait until it is back under), when
-// it has held entries for 250 ms and nothing else waits, before Stats,
-// Check and Close, and, for the sandbox concerned, inside the transaction
-// of a prune or a compaction. Over the limits, the chunk rides in the next
-// commit of appends (its transaction materializes, truncates, then writes
-// its own WAL value), so it costs no commit of its own. Transactions stay
-// bounded (4,096 records, 2 MiB or 32 sandboxes, at least one sandbox: a
-// chunk rewrites a few pages of every sandbox it touches), so a
-// materialization holds appends for milliseconds, not seconds.
+// bucket's sequence and the WAL mark) a chunk at a time: the sandboxes whose
+// WAL entries are oldest, in a transaction of their own, which then deletes
+// the WAL entries that no sandbox needs any more (collected first, then
+// deleted). After each batch that leaves the WAL over its limits (20,000
+// unmaterialized records or 8 MiB, the memory those records may hold), it
+// materializes chunk after chunk until the WAL is back under them; the
+// appends queued meanwhile wait (backpressure). Stats, Check and Close
+// materialize the whole WAL first, and a prune or a compaction
+// materializes the sandbox it concerns inside its own transaction. A chunk
+// is bounded (4,096 records, 2 MiB or 32 sandboxes, at least one sandbox)
+// because it rewrites a few pages of every sandbox it touches: under the
+// product's load, with every sandbox in the WAL, chunks over all of them
+// gave an append wait p99 of 51-62 ms at the store against 20-23 ms with
+// the bound, and 14-15 ms with no materialization at all in the run (go
+// test -bench Append/paced ./boltstore, three alternating runs each).
 //
 // Until it is materialized, what a sandbox has only in the WAL is kept in
 // memory (its walTail): the records, which are the newest of its log, and
@@ -92,6 +104,26 @@
 // recent records cache), and reads older ids from the events bucket,
 // stitching the two at the first id the bucket lacks; Turn and Approval look
 // in memory before the file.
+//
+// Nothing else is in the committer. Earlier versions pipelined batches of
+// appends (one committing while the next was prepared on top of its
+// states, with creates and drops as barriers that drained the pipeline),
+// waited up to 2 ms after a large commit to gather a larger batch, held
+// prunes up to 10 ms for appends to ride with, carried chunks in commits
+// of appends, and materialized an idle WAL after 250 ms. Against this
+// committer, on the same machine, none made a difference beyond the runs'
+// spread: 256 writers at the store 43,200 events/s with all of them
+// against 42,500 without (medians of five alternating runs, 37,000-49,400
+// in all; gathering raised a commit from 125 appends to 175, not the
+// rate); the product's load at the store an append wait p50 of 3.4-5.4 ms
+// and p99 21-23 ms with them against 1.9-2.7 and 20-23 ms without; through
+// the server, 256 writers 37,300-42,500 against 37,900-39,700 events/s and
+// the product's load an append-to-SSE p99 of 141-155 ms against 128-147 ms
+// (three alternating runs each). Neither benchmark prunes; a prune queued
+// beside appends shares their commit without waiting for it. On two cores
+// neither committer meets the product's 50 ms through the server: in a CPU
+// profile of sparkles bench --scenario latency the committer has a quarter
+// of the samples, the streams and the bench's client the rest.
 //
 // # Visibility
 //

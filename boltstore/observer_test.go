@@ -28,6 +28,19 @@ func (o *countingObserver) Commit(events int, took, sync time.Duration) {
 	}
 }
 
+func (o *countingObserver) reset() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events, o.commits = 0, 0
+}
+
+// perCommit is the mean number of events a commit made durable.
+func (o *countingObserver) perCommit() float64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return float64(o.events) / float64(max(o.commits, 1))
+}
+
 func TestObserver(t *testing.T) {
 	obs := &countingObserver{}
 	s := MustOpenStoreAt(t, filepath.Join(t.TempDir(), "obs.db"), Options{Observer: obs})

@@ -13,17 +13,17 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// Batch sizes when the caller gives none: a batch rides in a commit of
-// appends (see commitLoop) and should add little to it.
+// Batch sizes when the caller gives none: a batch shares a commit with the
+// appends queued beside it (see commitLoop) and should add little to it.
 const (
 	defaultPruneBatch = 200
 	compactBatch      = 200
 )
 
 // Prune deletes every event of sandbox id with an id <= through, at most
-// batch per transaction (default 200), each riding in a commit of appends
-// when one comes within rideWait. Each batch advances pruned_through (to the highest id removed,
-// never backwards) and oldest_event_id atomically with its deletes.
+// batch per transaction (default 200). Each batch advances pruned_through
+// (to the highest id removed, never backwards) and oldest_event_id
+// atomically with its deletes.
 func (s *Store) Prune(ctx context.Context, id string, through uint64, batch int) (removed int, err error) {
 	if id == "" {
 		return 0, notFound(id)

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/storetest"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -305,20 +304,16 @@ func TestStats(t *testing.T) {
 	}
 }
 
-// TestPruneRides checks that a prune queued with appends commits in their
-// transaction, whichever of them the committer takes first, and that one
-// queued alone still commits, also when the store closes under it.
-func TestPruneRides(t *testing.T) {
+// TestPruneShares checks that a prune queued with appends commits in their
+// transaction, whichever of them was queued first, and that one queued
+// alone still commits, also when the store closes under it.
+func TestPruneShares(t *testing.T) {
 	ctx := context.Background()
 	for _, pruneFirst := range []bool{true, false} {
 		t.Run(fmt.Sprintf("PruneFirst%v", pruneFirst), func(t *testing.T) {
 			s := MustOpenStore(t)
 			mustCreate(t, s, "c_1")
 			mustAppend(t, s, "c_1", textEvents(10)...)
-			// A create commits alone, after the pipeline drains, so the
-			// committer takes the stalling append below with nothing in
-			// the air, not while it prepares a batch after a landing
-			// (where the prune could ride with the stalled append).
 			mustCreate(t, s, "c_2")
 			var commits []map[string]uint64
 			s.hooks().afterCommit = func(last map[string]uint64) { commits = append(commits, last) }
@@ -348,9 +343,8 @@ func TestPruneRides(t *testing.T) {
 			if err := <-pruned; err != nil {
 				t.Fatal(err)
 			}
-			// The append and the prune commit together (the stalled append
-			// may or may not share that commit, depending on when the
-			// committer took it).
+			// The append and the prune commit together, in the batch after
+			// the stalled one.
 			var withC1 []map[string]uint64
 			for _, c := range commits {
 				if _, ok := c["c_1"]; ok {
@@ -368,9 +362,7 @@ func TestPruneRides(t *testing.T) {
 	}
 	t.Run("Alone", func(t *testing.T) {
 		path := t.TempDir() + "/sparkles.db"
-		s := mustOpenLimits(t, path, Options{}, walLimits{
-			ride: time.Hour, // no timeout here: only Close ends the wait
-		})
+		s := MustOpenStoreAt(t, path, Options{})
 		mustCreate(t, s, "c_1")
 		mustAppend(t, s, "c_1", textEvents(10)...)
 		w := &pruneWrite{id: "c_1", through: 4, batch: 100}

@@ -56,7 +56,6 @@ type Observer interface {
 const (
 	defaultWALMaxRecords = 20000
 	defaultWALMaxBytes   = 8 << 20
-	defaultWALIdle       = 250 * time.Millisecond
 	defaultChunkRecords  = 4096
 	defaultChunkBytes    = 2 << 20
 	// A chunk rewrites a few pages of every sandbox it touches, whatever
@@ -70,13 +69,11 @@ const (
 // walLimits are the materialization thresholds; tests lower them. A limit
 // left at zero is the default (orDefaults).
 type walLimits struct {
-	maxRecords, maxBytes     int           // above either, materialize after each batch
-	idle                     time.Duration // materialize a WAL this old when there is nothing else to do
-	chunkRecords, chunkBytes int           // bound one materialization transaction
-	chunkSandboxes           int           // and the sandboxes it touches
-	truncateBatch            int           // WAL keys deleted per transaction at most
-	ride                     time.Duration // how long a prune waits for appends to ride with (see commitLoop)
-	valueMax                 int           // bytes of entries per WAL value (see putWAL)
+	maxRecords, maxBytes     int // above either, materialize after each batch
+	chunkRecords, chunkBytes int // bound one materialization transaction
+	chunkSandboxes           int // and the sandboxes it touches
+	truncateBatch            int // WAL keys deleted per transaction at most
+	valueMax                 int // bytes of entries per WAL value (see putWAL)
 }
 
 // Store is the bbolt implementation of sandbox.Store. See doc.go for
@@ -108,8 +105,7 @@ type Store struct {
 	wg      sync.WaitGroup
 
 	// commitMu is held by the committer from the start of a transaction
-	// (or the launch of a flight, see commitLoop) until its result is
-	// published, and by readers that load a sandbox from the file, so a
+	// until its result is published, and by readers that load a sandbox from the file, so a
 	// load never sees a commit before it is published.
 	commitMu sync.Mutex
 
@@ -122,7 +118,6 @@ type Store struct {
 	walRecs  int               // records in all tails
 	walBytes int               // their stored size
 	walLen   int               // entries in the WAL bucket, materialized or not
-	walSince time.Time         // when the WAL last became non-empty
 
 	// test is nil but in tests (see export_test.go).
 	test *testHooks
@@ -225,12 +220,6 @@ func (l walLimits) orDefaults() walLimits {
 	def(&l.chunkSandboxes, defaultChunkSandboxes)
 	def(&l.truncateBatch, defaultTruncateBatch)
 	def(&l.valueMax, defaultWALValueMax)
-	if l.idle <= 0 {
-		l.idle = defaultWALIdle
-	}
-	if l.ride <= 0 {
-		l.ride = rideWait
-	}
 	return l
 }
 

@@ -13,13 +13,10 @@ import (
 
 // txn is one transaction of the committer: the writes of a batch, or a
 // materialization, and what each sandbox they touched looks like after them.
-// A batch of appends is prepared before its transaction begins (see
-// commitLoop); root and wal are nil until then.
 type txn struct {
 	s       *Store
 	root    *bbolt.Bucket // sandboxes
 	wal     *bbolt.Bucket
-	base    *txn // the flight whose states this one builds on, if any
 	pending map[string]*pending
 	order   []*pending // in first-touch order; a recreated id appears twice
 	dirty   bool
@@ -79,21 +76,13 @@ func (t *txn) begin(tx *bbolt.Tx) error {
 }
 
 // sandbox returns the transaction's view of a sandbox, loading its
-// published state (or the state the flight below will publish) the first
-// time the transaction touches it.
+// published state the first time the transaction touches it.
 func (t *txn) sandbox(id string) (*pending, error) {
 	if p := t.pending[id]; p != nil {
 		if p.dropped {
 			return nil, notFound(id)
 		}
 		return p, nil
-	}
-	if t.base != nil {
-		if bp := t.base.pending[id]; bp != nil && !bp.dropped {
-			p := &pending{id: id, e: bp.e, base: uint64(bp.state.Sandbox.LastEventID), state: bp.state}
-			t.add(p)
-			return p, nil
-		}
 	}
 	e, st, err := t.s.published(t, id)
 	if err != nil {
@@ -295,8 +284,8 @@ func (t *txn) lastIDs() map[string]uint64 {
 // committer, decoding the state from the file when it is not in memory.
 // Only the committer calls it, holding commitMu, and before the
 // transaction has changed this sandbox, so the file shows exactly the
-// published state: a sandbox with a WAL tail, or in a flight, always has
-// its state in memory.
+// published state: a sandbox with a WAL tail always has its state in
+// memory.
 func (s *Store) published(t *txn, id string) (*entry, *sandbox.State, error) {
 	s.mu.Lock()
 	e := s.sandboxes[id]
@@ -306,32 +295,19 @@ func (s *Store) published(t *txn, id string) (*entry, *sandbox.State, error) {
 		return e, st, nil
 	}
 	s.mu.Unlock()
-	var st *sandbox.State
-	load := func(root *bbolt.Bucket) error {
-		b := root.Bucket([]byte(id))
-		if b == nil {
-			return notFound(id)
-		}
-		var err error
-		st, err = readState(b, id)
-		return err
+	b := t.root.Bucket([]byte(id))
+	if b == nil {
+		return nil, nil, notFound(id)
 	}
-	var err error
-	if t.root != nil {
-		err = load(t.root)
-	} else {
-		// A batch prepared while a flight writes: that flight touches only
-		// sandboxes in memory, so the file shows this one as published.
-		err = s.view(func(tx *bbolt.Tx) error { return load(tx.Bucket(bucketSandboxes)) })
-	}
+	st, err := readState(b, id)
 	if err != nil {
 		return nil, nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Installing the entry before the commit keeps Sandboxes honest: any
-	// sandbox a commit in flight changes is already in memory, so a listing
-	// takes its published values rather than the file's.
+	// sandbox a commit changes is already in memory, so a listing takes
+	// its published values rather than the file's.
 	if e = s.sandboxes[id]; e == nil {
 		e = &entry{sb: st.Sandbox, ring: ring{from: uint64(st.Sandbox.LastEventID) + 1}}
 		s.sandboxes[id] = e

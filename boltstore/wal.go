@@ -309,65 +309,33 @@ func (s *Store) dropTail(e *entry, id string) {
 // WAL up to the oldest entry some tail still needs.
 func (s *Store) materializeChunk() error {
 	err := s.update(func(t *txn) error {
-		c, err := s.pickChunk(t)
-		if err != nil {
-			return err
+		ids := slices.SortedFunc(maps.Keys(s.tails), func(a, b string) int {
+			return cmp.Compare(s.tails[a].wal.keys[0], s.tails[b].wal.keys[0])
+		})
+		n, recs, size := 0, 0, 0
+		for n < len(ids) && (n == 0 || recs < s.limits.chunkRecords && size < s.limits.chunkBytes && n < s.limits.chunkSandboxes) {
+			w := s.tails[ids[n]].wal
+			recs, size, n = recs+len(w.recs), size+w.bytes, n+1
 		}
-		return c.materialize(t)
+		for _, id := range ids[:n] {
+			p, err := t.sandbox(id)
+			if err != nil {
+				return err
+			}
+			if err := t.materialize(p); err != nil {
+				return err
+			}
+		}
+		floor := uint64(math.MaxUint64)
+		if n < len(ids) {
+			floor = s.tails[ids[n]].wal.keys[0]
+		}
+		return t.truncate(floor)
 	}, false)
 	if err == nil {
 		s.test.materialized()
 	}
 	return err
-}
-
-// chunk is a bounded part of the WAL to materialize: the tails of the
-// sandboxes whose entries are oldest, and the key below which the WAL is
-// then truncated.
-type chunk struct {
-	ps    []*pending
-	floor uint64
-}
-
-// pickChunk chooses the sandboxes of the next chunk and adds them to t. The
-// committer calls it outside the transaction (a batch about to launch) or
-// inside it.
-func (s *Store) pickChunk(t *txn) (*chunk, error) {
-	ids := slices.SortedFunc(maps.Keys(s.tails), func(a, b string) int {
-		return cmp.Compare(s.tails[a].wal.keys[0], s.tails[b].wal.keys[0])
-	})
-	n, recs, size := 0, 0, 0
-	for n < len(ids) && (n == 0 || recs < s.limits.chunkRecords && size < s.limits.chunkBytes && n < s.limits.chunkSandboxes) {
-		w := s.tails[ids[n]].wal
-		recs, size, n = recs+len(w.recs), size+w.bytes, n+1
-	}
-	c := &chunk{floor: math.MaxUint64}
-	if n < len(ids) {
-		c.floor = s.tails[ids[n]].wal.keys[0]
-	}
-	for _, id := range ids[:n] {
-		p, err := t.sandbox(id)
-		if err != nil {
-			return nil, err
-		}
-		c.ps = append(c.ps, p)
-	}
-	return c, nil
-}
-
-// materialize moves the chunk's tails into their buckets and truncates the
-// WAL below its floor, before the transaction writes WAL entries of its
-// own. A nil chunk does nothing.
-func (c *chunk) materialize(t *txn) error {
-	if c == nil {
-		return nil
-	}
-	for _, p := range c.ps {
-		if err := t.materialize(p); err != nil {
-			return err
-		}
-	}
-	return t.truncate(c.floor)
 }
 
 // materializeAll materializes every tail and empties the WAL.

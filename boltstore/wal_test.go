@@ -346,7 +346,7 @@ func TestCrashImage(t *testing.T) {
 	// valueMax 1: each sandbox's entries of a commit go in a WAL value of
 	// their own, so a commit writes several keys (TestMaterializeConcurrent
 	// runs with the default, where its commits fit in one value).
-	s := mustOpenLimits(t, path, Options{}, walLimits{maxRecords: 40, maxBytes: 1 << 20, idle: time.Millisecond, chunkRecords: 16, chunkBytes: 1 << 20, truncateBatch: 5, valueMax: 1})
+	s := mustOpenLimits(t, path, Options{}, walLimits{maxRecords: 40, maxBytes: 1 << 20, chunkRecords: 16, chunkBytes: 1 << 20, truncateBatch: 5, valueMax: 1})
 	ids := make([]string, sandboxes)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("c_%d", i)

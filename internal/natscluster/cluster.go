@@ -438,7 +438,7 @@ func (c *Cluster) Claim(ctx context.Context, id string) (cluster.Claim, error) {
 		if !isConflict(err) || attempt == maxConflicts {
 			return cluster.Claim{}, fmt.Errorf("cluster: take lease of %s: %w", id, err)
 		}
-		backoff(ctx, attempt) // another node wrote the lease meanwhile: look again
+		natsstore.Backoff(ctx, attempt) // another node wrote the lease meanwhile: look again
 	}
 }
 

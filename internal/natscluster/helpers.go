@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,19 +14,6 @@ import (
 // maxConflicts bounds how often a lease write starts again after another
 // node changed the key under it.
 const maxConflicts = 16
-
-// backoff waits a little before a write starts again after a conflict, a
-// random time that grows with the attempts, so that two nodes claiming one
-// sandbox fall out of step instead of colliding again.
-func backoff(ctx context.Context, attempt int) {
-	d := time.Duration(rand.Int64N(int64(min(time.Millisecond<<min(attempt, 8), 50*time.Millisecond))))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
 
 // opCtx bounds a request to the server when the caller's context does not.
 func opCtx(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {

@@ -23,10 +23,10 @@ import (
 // processes, which the coordinator's ownership rules out.
 const maxConflicts = 16
 
-// backoff waits a little before a write starts again after a conflict, a
+// Backoff waits a little before a write starts again after a conflict, a
 // random time that grows with the attempts, so that two processes writing
 // one sandbox fall out of step instead of colliding again.
-func backoff(ctx context.Context, attempt int) {
+func Backoff(ctx context.Context, attempt int) {
 	d := time.Duration(rand.Int64N(int64(min(time.Millisecond<<min(attempt, 8), 50*time.Millisecond))))
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -165,7 +165,7 @@ func (s *Store) Append(ctx context.Context, id string, events []*sandbox.Event, 
 			// in (or give up the log) before appending.
 			s.log.Warn("natsstore: the log moved under this append; reading it again", "sandbox_id", id)
 			s.invalidate(e)
-			backoff(ctx, attempt)
+			Backoff(ctx, attempt)
 			continue
 		}
 		if err != nil {
@@ -258,7 +258,7 @@ func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, muta
 		// read: fold again on top of what it wrote, unless that was a
 		// takeover.
 		s.log.Warn("natsstore: sandbox state changed by another process; folding again", "sandbox_id", id, "attempt", attempt)
-		backoff(wctx, attempt)
+		Backoff(wctx, attempt)
 		if work, v, ch, err = s.refold(wctx, e, mutate, seqs, epoch); err != nil {
 			s.invalidate(e)
 			return nil, err
@@ -330,7 +330,7 @@ func (s *Store) putIf(ctx context.Context, id, key string, v any, rev uint64) er
 		case definite(err) || ctx.Err() != nil:
 			return fmt.Errorf("put %s: %w", key, err)
 		}
-		backoff(ctx, attempt)
+		Backoff(ctx, attempt)
 	}
 }
 
@@ -346,7 +346,7 @@ func (s *Store) updateState(ctx context.Context, id string, data []byte, rev uin
 		if err == nil || isConflict(err) || definite(err) || ctx.Err() != nil {
 			return newRev, err
 		}
-		backoff(ctx, attempt)
+		Backoff(ctx, attempt)
 		actx, cancel = s.attemptCtx(ctx)
 		kve, gerr := s.kv.Get(actx, stateKey(id))
 		cancel()
@@ -405,7 +405,7 @@ func (s *Store) loadForWrite(ctx context.Context, e *entry, check func(view) err
 		}
 		newRev, err := s.commit(ctx, e.id, work, cur.owner, cur.rev, ch)
 		if isConflict(err) && attempt < maxConflicts {
-			backoff(ctx, attempt)
+			Backoff(ctx, attempt)
 			continue
 		}
 		if err != nil {

@@ -162,7 +162,7 @@ func (s *Store) putFence(ctx context.Context, id string, who []byte) (uint64, er
 		if !isWrongLastSeq(err) || attempt == maxConflicts {
 			return 0, fmt.Errorf("sandbox %s: put up a fence: %w", id, err)
 		}
-		backoff(ctx, attempt)
+		Backoff(ctx, attempt)
 	}
 }
 

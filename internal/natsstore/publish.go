@@ -126,7 +126,7 @@ func (s *Store) publishSure(ctx context.Context, id string, batch []prepared, v 
 		}
 		unsure = true
 		s.log.Warn("natsstore: a publish got no answer; reading the log back", "sandbox_id", id, "err", err)
-		backoff(ctx, attempt)
+		Backoff(ctx, attempt)
 		landed, err := s.settle(ctx, id, batch[len(seqs):], last, epoch)
 		if err != nil {
 			return nil, err

@@ -113,7 +113,7 @@ func (s *Store) commitMarks(ctx context.Context, e *entry, op string, change fun
 		newRev, err := s.commit(ctx, e.id, work, owner, v.rev, changes{})
 		if isConflict(err) && attempt < maxConflicts {
 			s.invalidate(e)
-			backoff(ctx, attempt)
+			Backoff(ctx, attempt)
 			continue
 		}
 		if err != nil {

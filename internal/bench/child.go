@@ -281,6 +281,13 @@ func startLoader(co *coordinator.Coordinator, ids []string, rate float64, size i
 	every := time.Duration(float64(time.Second) * float64(len(ids)) / rate)
 	for i, id := range ids {
 		ld.wg.Go(func() {
+			// The sandboxes' ticks are spread over the period, as
+			// independent agents' are, not fired together.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(every * time.Duration(i) / time.Duration(len(ids))):
+			}
 			t := time.NewTicker(every)
 			defer t.Stop()
 			for {

@@ -55,6 +55,58 @@ func runLatency(ctx context.Context, r *runner) error {
 		latencyFigures(r, what, &res.hist, 50*time.Millisecond,
 			fmt.Sprintf("%d sandboxes, a subscriber each, %.0f events/s offered", ld.sandboxes, ld.rate))
 	}
+	// The product's load once more with the server in a child process, so
+	// that the client's 1,000 readers do not share its Go scheduler (they
+	// still share the machine's CPUs).
+	return latencyChild(ctx, r, pick(r, 1000, 20), pick(r, 20000.0, 1000.0), d)
+}
+
+// latencyChild runs the load of sandboxes with a subscriber each, rate
+// events/s in all, against a server in a child process.
+func latencyChild(ctx context.Context, r *runner, sandboxes int, rate float64, d time.Duration) error {
+	c, closeServer, err := r.child(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeServer()
+	created, err := c.do(ctx, childRequest{Op: "create", N: sandboxes})
+	if err != nil {
+		return err
+	}
+	subs, err := subscribeAll(ctx, c.addr, c.token, created.IDs)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := c.do(ctx, childRequest{Op: "load", IDs: created.IDs, Rate: rate, Size: eventSize}); err != nil {
+		closeAll(subs)
+		return err
+	}
+	if err := sleepCtx(ctx, d); err != nil {
+		closeAll(subs)
+		return err
+	}
+	end, err := c.do(ctx, childRequest{Op: "stop"})
+	if err != nil {
+		closeAll(subs)
+		return err
+	}
+	if err := waitAll(ctx, subs, end.Lasts); err != nil {
+		closeAll(subs)
+		return err
+	}
+	elapsed := time.Since(start)
+	h, deliveries, err := closeAll(subs)
+	if err != nil {
+		return err
+	}
+	if deliveries != end.Appended {
+		return fmt.Errorf("child server: %d deliveries, want %d", deliveries, end.Appended)
+	}
+	what := fmt.Sprintf("at %.0f/s over %d sandboxes, server in a child process", rate, sandboxes)
+	cond := fmt.Sprintf("%d sandboxes, a subscriber each, %.0f events/s offered (%.0f/s each, their ticks spread over the period) for %s, appended inside the child server; %d appended (%.0f/s)",
+		sandboxes, rate, rate/float64(sandboxes), d, end.Appended, perSecond(end.Appended, elapsed))
+	latencyFigures(r, what, &h, 50*time.Millisecond, cond)
 	return nil
 }
 

@@ -319,6 +319,24 @@ func (ld *loader) stop() (int64, []uint64, error) {
 	return ld.appended.Load(), ld.lasts, ld.err
 }
 
+// load has the child append to ids at rate events/s in all for d, then
+// waits until every subscriber has read the last event of its sandbox:
+// lastsFor maps the last id of each of ids onto subs. It returns the
+// child's answer to the stop.
+func (c *child) load(ctx context.Context, subs []*subscriber, ids []string, rate float64, d time.Duration, lastsFor func([]uint64) []uint64) (childReply, error) {
+	if _, err := c.do(ctx, childRequest{Op: "load", IDs: ids, Rate: rate, Size: eventSize}); err != nil {
+		return childReply{}, err
+	}
+	if err := sleepCtx(ctx, d); err != nil {
+		return childReply{}, err
+	}
+	end, err := c.do(ctx, childRequest{Op: "stop"})
+	if err != nil {
+		return childReply{}, err
+	}
+	return end, waitAll(ctx, subs, lastsFor(end.Lasts))
+}
+
 // child is the parent's handle on a RunChild process.
 type child struct {
 	cmd     *exec.Cmd

@@ -111,20 +111,8 @@ func fanoutChild(ctx context.Context, r *runner, rate float64) error {
 		closeAll(subs)
 		return err
 	}
-	if _, err := c.do(ctx, childRequest{Op: "load", IDs: created.IDs, Rate: rate, Size: eventSize}); err != nil {
-		closeAll(subs)
-		return err
-	}
-	if err := sleepCtx(ctx, d); err != nil {
-		closeAll(subs)
-		return err
-	}
-	end, err := c.do(ctx, childRequest{Op: "stop"})
+	end, err := c.load(ctx, subs, created.IDs, rate, d, func(lasts []uint64) []uint64 { return slices.Repeat(lasts, n) })
 	if err != nil {
-		closeAll(subs)
-		return err
-	}
-	if err := waitAll(ctx, subs, slices.Repeat(end.Lasts, n)); err != nil {
 		closeAll(subs)
 		return err
 	}

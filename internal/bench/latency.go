@@ -78,20 +78,8 @@ func latencyChild(ctx context.Context, r *runner, sandboxes int, rate float64, d
 		return err
 	}
 	start := time.Now()
-	if _, err := c.do(ctx, childRequest{Op: "load", IDs: created.IDs, Rate: rate, Size: eventSize}); err != nil {
-		closeAll(subs)
-		return err
-	}
-	if err := sleepCtx(ctx, d); err != nil {
-		closeAll(subs)
-		return err
-	}
-	end, err := c.do(ctx, childRequest{Op: "stop"})
+	end, err := c.load(ctx, subs, created.IDs, rate, d, func(lasts []uint64) []uint64 { return lasts })
 	if err != nil {
-		closeAll(subs)
-		return err
-	}
-	if err := waitAll(ctx, subs, end.Lasts); err != nil {
 		closeAll(subs)
 		return err
 	}

@@ -39,28 +39,6 @@ func textEvent(text string) *sandbox.Event {
 		Data: &sandbox.MessageUpdated{MessageID: "msg_1", PartID: "part_1", Kind: sandbox.PartText, Text: text}}
 }
 
-// waitHead waits, on wake-ups, until s has seen the last id of sandbox id
-// reach last.
-func waitHead(tb testing.TB, s *natsstore.Store, id string, last uint64) {
-	tb.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		ch := s.Wait(id)
-		head, err := s.Head(id)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if head.LastEventID >= last {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			tb.Fatalf("%s: head stuck at %d, want %d", id, head.LastEventID, last)
-		}
-	}
-}
-
 // rawJetStream is a plain client on the server, to do what a node of
 // another process would have done.
 func rawJetStream(tb testing.TB, url string) jetstream.JetStream {

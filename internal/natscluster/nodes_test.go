@@ -21,6 +21,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
+	"github.com/sparkles-dev/sparkles/internal/storetest"
 	"github.com/sparkles-dev/sparkles/internal/syncbuf"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/server"
@@ -299,7 +300,7 @@ func TestTwoNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitHead(t, a.store, sb.ID, lastID)
+		storetest.WaitHead(t, a.store, sb.ID, lastID)
 		var log page
 		a.mustDo("GET", "/v1/sandboxes/"+sb.ID+"/events?since=0&limit=1000", "", http.StatusOK, &log)
 		if got, want := len(seen), len(log.Data); got != want {

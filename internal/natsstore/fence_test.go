@@ -16,6 +16,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
+	"github.com/sparkles-dev/sparkles/internal/storetest"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -356,7 +357,7 @@ func TestFencesSeam(t *testing.T) {
 	}
 	mustCreate(t, a, id)
 	last := mustAppend(t, a, id, textEvent("a1"))
-	waitHead(t, b, id, last[0])
+	storetest.WaitHead(t, b, id, last[0])
 
 	mustRefuse(t, b.Append(ctx, id, []*sandbox.Event{textEvent("b holds no fence")}, nil))
 

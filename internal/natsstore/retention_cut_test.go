@@ -9,6 +9,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
+	"github.com/sparkles-dev/sparkles/internal/storetest"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -70,7 +71,7 @@ func testRetentionCut(t *testing.T, lag bool) {
 		t.Cleanup(sync.OnceFunc(func() { close(release) })) // before a closes
 		ids = append(ids, mustAppend(t, a, "c_1", messages("b", 20)...)...)
 	}
-	waitHead(t, b, "c_1", ids[len(ids)-1])
+	storetest.WaitHead(t, b, "c_1", ids[len(ids)-1])
 
 	discard := slog.New(slog.DiscardHandler)
 	onB := retention.New(retention.Config{Store: b, MaxEvents: keep, Logger: discard})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
+	"github.com/sparkles-dev/sparkles/internal/storetest"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -23,7 +24,7 @@ func TestRetentionRace(t *testing.T) {
 	a, b := mustOpenChecked(t, url), mustOpenChecked(t, url)
 	mustCreate(t, a, "c_1")
 	ids := mustAppend(t, a, "c_1", messages("m", 60)...)
-	waitHead(t, b, "c_1", ids[len(ids)-1])
+	storetest.WaitHead(t, b, "c_1", ids[len(ids)-1])
 
 	// both runs fn on a and on b at once and returns what they removed.
 	both := func(fn func(s *natsstore.Store) (int, error)) int {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
+	"github.com/sparkles-dev/sparkles/internal/storetest"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -63,28 +64,6 @@ func readIDs(tb testing.TB, s *natsstore.Store, id string) []uint64 {
 			ids = append(ids, r.ID)
 		}
 		after = recs[len(recs)-1].ID
-	}
-}
-
-// waitHead waits, on wake-ups, until s has seen the last id of sandbox id
-// reach last.
-func waitHead(tb testing.TB, s *natsstore.Store, id string, last uint64) {
-	tb.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		ch := s.Wait(id)
-		head, err := s.Head(id)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if head.LastEventID >= last {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			tb.Fatalf("%s: head stuck at %d, want %d", id, head.LastEventID, last)
-		}
 	}
 }
 
@@ -139,7 +118,7 @@ func TestTwoProcesses(t *testing.T) {
 		ch := b.Wait("c_1")
 		ids := mustAppend(t, a, "c_1", textEvent("a"), textEvent("ab"))
 		waitClosed(t, ch)
-		waitHead(t, b, "c_1", ids[1])
+		storetest.WaitHead(t, b, "c_1", ids[1])
 		if got := readIDs(t, b, "c_1"); !slices.Equal(got, ids) {
 			t.Fatalf("other process reads %v, want %v", got, ids)
 		}
@@ -271,7 +250,7 @@ func TestRepair(t *testing.T) {
 		if err != nil || turn.Status != sandbox.TurnRunning {
 			t.Fatalf("turn of a folded event: %+v, %v", turn, err)
 		}
-		waitHead(t, s, "c_1", ids[2]) // the first process learns it too
+		storetest.WaitHead(t, s, "c_1", ids[2]) // the first process learns it too
 		if err := s.Check(); err != nil {
 			t.Fatal(err)
 		}

@@ -231,3 +231,26 @@ func isClosed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// WaitHead waits, on the store's wake-ups, until s has seen the last id
+// of sandbox id reach last: a store that shares its log with other
+// processes sees their appends a moment later.
+func WaitHead(tb testing.TB, s sandbox.Store, id string, last uint64) {
+	tb.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		ch := s.Wait(id)
+		head, err := s.Head(id)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if head.LastEventID >= last {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			tb.Fatalf("%s: head stuck at %d, want %d", id, head.LastEventID, last)
+		}
+	}
+}

@@ -67,21 +67,9 @@ func runAgents(ctx context.Context, r *runner) error {
 	if err := r.serverProfile(ctx, c); err != nil {
 		return err
 	}
-	per := func(a, b int64) float64 { return float64(a-b) / float64(n) / 1024 }
 	cond := fmt.Sprintf("%d sandboxes, one finished demo turn each, every agent stopped by the %s idle timeout; server in a child process, "+
 		"after a GC that returns freed memory to the OS", n, benchIdleTimeout)
-	rss := per(after.RSS, before.RSS)
-	r.add(Figure{Name: "server RSS per idle sandbox", Value: rss, Unit: "KiB",
-		Conditions: fmt.Sprintf("%s; VmRSS %.1f -> %.1f MiB", cond, mib(before.RSS), mib(after.RSS)),
-		Target:     "<= 64 KiB", Met: atLeast(64, rss)})
-	r.add(Figure{Name: "anonymous RSS per idle sandbox", Value: per(after.Anon, before.Anon), Unit: "KiB",
-		Conditions: fmt.Sprintf("RssAnon %.1f -> %.1f MiB: without bbolt's file mapping", mib(before.Anon), mib(after.Anon))})
-	goBytes := func(m childReply) int64 { return int64(m.HeapInuse + m.StackInuse) }
-	r.add(Figure{Name: "Go heap+stacks per idle sandbox", Value: per(goBytes(afterGo), goBytes(beforeGo)), Unit: "KiB",
-		Conditions: fmt.Sprintf("heap in use %.1f -> %.1f MiB, stacks %.1f -> %.1f MiB",
-			mib(int64(beforeGo.HeapInuse)), mib(int64(afterGo.HeapInuse)), mib(int64(beforeGo.StackInuse)), mib(int64(afterGo.StackInuse)))})
-	r.add(Figure{Name: "goroutines per idle sandbox", Value: float64(afterGo.Goroutines-beforeGo.Goroutines) / float64(n), Unit: "",
-		Conditions: fmt.Sprintf("%d -> %d goroutines", beforeGo.Goroutines, afterGo.Goroutines)})
+	perUnitMem(r, "idle sandbox", n, cond, 64, before, after, beforeGo, afterGo)
 
 	r.logf("waking %d stopped sandboxes, one at a time", wakes)
 	woken, err := c.do(ctx, childRequest{Op: "wake", IDs: created.IDs[:wakes]})

@@ -63,22 +63,29 @@ func runIdle(ctx context.Context, r *runner) error {
 		return fmt.Errorf("the server counts %d open streams, want %d", afterGo.Streams, n)
 	}
 
-	per := func(a, b int64) float64 { return float64(a-b) / float64(n) / 1024 }
 	cond := fmt.Sprintf("%d streams over %d sandboxes, each past its snapshot, no events; server in a child process, "+
 		"after a GC that returns freed memory to the OS", n, sandboxes)
+	perUnitMem(r, "idle connection", n, cond, 32, before, after, beforeGo, afterGo)
+	return nil
+}
+
+// perUnitMem adds the server's memory per unit (an idle connection, an
+// idle sandbox) between two settled readings of n units: RSS, held to
+// targetKiB, anonymous RSS, Go heap and stacks, and goroutines.
+func perUnitMem(r *runner, unit string, n int, cond string, targetKiB float64, before, after procMem, beforeGo, afterGo childReply) {
+	per := func(a, b int64) float64 { return float64(a-b) / float64(n) / 1024 }
 	rss := per(after.RSS, before.RSS)
-	r.add(Figure{Name: "RSS per idle connection", Value: rss, Unit: "KiB",
+	r.add(Figure{Name: "RSS per " + unit, Value: rss, Unit: "KiB",
 		Conditions: fmt.Sprintf("%s; VmRSS %.1f -> %.1f MiB", cond, mib(before.RSS), mib(after.RSS)),
-		Target:     "<= 32 KiB", Met: atLeast(32, rss)})
-	r.add(Figure{Name: "anonymous RSS per idle connection", Value: per(after.Anon, before.Anon), Unit: "KiB",
+		Target:     fmt.Sprintf("<= %.0f KiB", targetKiB), Met: atLeast(targetKiB, rss)})
+	r.add(Figure{Name: "anonymous RSS per " + unit, Value: per(after.Anon, before.Anon), Unit: "KiB",
 		Conditions: fmt.Sprintf("RssAnon %.1f -> %.1f MiB: without bbolt's file mapping", mib(before.Anon), mib(after.Anon))})
 	goBytes := func(m childReply) int64 { return int64(m.HeapInuse + m.StackInuse) }
-	r.add(Figure{Name: "Go heap+stacks per idle connection", Value: per(goBytes(afterGo), goBytes(beforeGo)), Unit: "KiB",
+	r.add(Figure{Name: "Go heap+stacks per " + unit, Value: per(goBytes(afterGo), goBytes(beforeGo)), Unit: "KiB",
 		Conditions: fmt.Sprintf("heap in use %.1f -> %.1f MiB, stacks %.1f -> %.1f MiB",
 			mib(int64(beforeGo.HeapInuse)), mib(int64(afterGo.HeapInuse)), mib(int64(beforeGo.StackInuse)), mib(int64(afterGo.StackInuse)))})
-	r.add(Figure{Name: "goroutines per idle connection", Value: float64(afterGo.Goroutines-beforeGo.Goroutines) / float64(n), Unit: "",
+	r.add(Figure{Name: "goroutines per " + unit, Value: float64(afterGo.Goroutines-beforeGo.Goroutines) / float64(n), Unit: "",
 		Conditions: fmt.Sprintf("%d -> %d goroutines", beforeGo.Goroutines, afterGo.Goroutines)})
-	return nil
 }
 
 // settledMem asks the child to collect garbage and reports its memory.

@@ -425,19 +425,10 @@ func sparklesIdle(ctx context.Context, r *runner, n, sandboxes int) ([2]procMem,
 		return mem, err
 	}
 	r.logf("sparkles: opening %d streams", n)
-	streams := make([]*stream, n)
-	defer func() {
-		for _, s := range streams {
-			if s != nil {
-				s.Close()
-			}
-		}
-	}()
-	err = parallel(ctx, n, 64, func(ctx context.Context, i int) error {
-		var err error
-		streams[i], err = openStream(ctx, c.addr, c.token, created.IDs[i%len(created.IDs)], -1, 4<<10)
-		return err
+	closeStreams, err := openStreams(ctx, n, func(ctx context.Context, i int) (*stream, error) {
+		return openStream(ctx, c.addr, c.token, created.IDs[i%len(created.IDs)], -1, 4<<10)
 	})
+	defer closeStreams()
 	if err != nil {
 		return mem, err
 	}
@@ -463,24 +454,34 @@ func mercureIdle(ctx context.Context, r *runner, n, topics int) ([2]procMem, err
 		return mem, err
 	}
 	r.logf("mercure: opening %d streams", n)
-	streams := make([]*stream, n)
-	defer func() {
-		for _, s := range streams {
-			if s != nil {
-				s.Close()
-			}
-		}
-	}()
-	err = parallel(ctx, n, 64, func(ctx context.Context, i int) error {
-		var err error
-		streams[i], err = openMercure(ctx, p.addr, peerTopic(i%topics), "", 4<<10)
-		return err
+	closeStreams, err := openStreams(ctx, n, func(ctx context.Context, i int) (*stream, error) {
+		return openMercure(ctx, p.addr, peerTopic(i%topics), "", 4<<10)
 	})
+	defer closeStreams()
 	if err != nil {
 		return mem, err
 	}
 	mem[1], err = p.settledMem(ctx)
 	return mem, err
+}
+
+// openStreams opens n idle streams with open, 64 at a time, and returns
+// what closes those it opened, also after an error.
+func openStreams(ctx context.Context, n int, open func(ctx context.Context, i int) (*stream, error)) (closeAll func(), err error) {
+	streams := make([]*stream, n)
+	closeAll = func() {
+		for _, s := range streams {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}
+	err = parallel(ctx, n, 64, func(ctx context.Context, i int) error {
+		var err error
+		streams[i], err = open(ctx, i)
+		return err
+	})
+	return closeAll, err
 }
 
 // peerLog fills one sandbox and one topic with the same number of events

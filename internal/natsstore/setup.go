@@ -161,7 +161,58 @@ func (s *Store) Bucket(ctx context.Context, cfg jetstream.KeyValueConfig, check 
 	if check == nil {
 		check = func(jetstream.KeyValueStatus) error { return nil }
 	}
-	return s.openBucket(ctx, cfg, check)
+	var kv jetstream.KeyValue
+	err := s.whenReady(ctx, time.Now().Add(s.startTimeout), func(ctx context.Context) (err error) {
+		kv, err = s.openBucket(ctx, cfg, check)
+		return err
+	})
+	return kv, err
+}
+
+// whenReady runs step, one part of setting the store up, within the
+// request timeout, and runs it again while JetStream is not ready for it
+// (notReady), until the time until.
+// A cluster that has just formed, or lost its meta leader, answers 503 or
+// not at all for a while, and a stream just made with replicas answers
+// only once its group has a leader; a coordinator started with its NATS
+// cluster waits for it rather than exiting. Each step looks its stream or
+// bucket up before making it, so a step run again after a create that
+// timed out finds what the first made.
+func (s *Store) whenReady(ctx context.Context, until time.Time, step func(context.Context) error) error {
+	for attempt := 0; ; attempt++ {
+		sctx, cancel := context.WithTimeout(ctx, s.timeout)
+		err := step(sctx)
+		cancel()
+		if err == nil || !notReady(err) || ctx.Err() != nil {
+			return err
+		}
+		if !time.Now().Before(until) {
+			return fmt.Errorf("%w (JetStream was still not ready after %s)", err, s.startTimeout)
+		}
+		s.log.Warn("natsstore: JetStream is not ready, asking again", "err", err)
+		t := time.NewTimer(min(100*time.Millisecond<<min(attempt, 4), time.Until(until)))
+		select {
+		case <-t.C: // backoff between asks, not a wait for a condition
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// notReady reports whether err says JetStream could not answer yet, as
+// opposed to refusing what was asked: a request that timed out, no
+// responders for the API, 503 "JetStream system temporarily unavailable",
+// or a placement that failed only because peers are offline (a leader
+// that has not yet noticed it lost its quorum, or servers still starting).
+func notReady(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code == 503 || // 10008, temporarily unavailable
+			apiErr.ErrorCode == 10005 && apiErr.Description == "no suitable peers for placement, peer offline"
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 // openBucket opens a key-value bucket, creating it as cfg says if it does

@@ -7,9 +7,11 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sparkles-dev/sparkles/internal/natscluster"
@@ -212,5 +214,77 @@ func TestHealth(t *testing.T) {
 	stop()
 	if err := s.Health(context.Background()); err == nil {
 		t.Fatal("Health with the server gone: nil")
+	}
+}
+
+// signalHandler is a slog handler that closes ready the first time a
+// record with message msg is logged.
+type signalHandler struct {
+	msg   string
+	ready chan struct{}
+	once  *sync.Once
+}
+
+func (h signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.ready) })
+	}
+	return nil
+}
+func (h signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h signalHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestOpenWaitsForJetStream: Open against a cluster that has lost its
+// quorum keeps asking until StartTimeout and then fails saying JetStream
+// was not ready; an Open begun while the quorum is gone succeeds once the
+// servers are back, with the stream and bucket made at 3 replicas.
+func TestOpenWaitsForJetStream(t *testing.T) {
+	c := natstest.RunCluster(t, 3)
+	c.Stop(1)
+	c.Stop(2)
+
+	err := openErr(t, c.URL(), natsstore.Options{Replicas: 3, Timeout: 500 * time.Millisecond, StartTimeout: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "JetStream was still not ready after 1s") {
+		t.Fatalf("Open without quorum: %v, want JetStream still not ready after 1s", err)
+	}
+
+	h := signalHandler{msg: "natsstore: JetStream is not ready, asking again", ready: make(chan struct{}), once: new(sync.Once)}
+	opened := make(chan error, 1)
+	go func() {
+		s, err := natsstore.Open(context.Background(), c.URL(), natsstore.Options{Replicas: 3, Timeout: time.Second,
+			StartTimeout: 2 * time.Minute, Logger: slog.New(h)})
+		if err == nil {
+			err = s.Close()
+		}
+		opened <- err
+	}()
+	select {
+	case <-h.ready:
+	case err := <-opened:
+		t.Fatalf("Open without quorum returned %v before asking again", err)
+	}
+	c.Restart(1)
+	c.Restart(2)
+	if err := <-opened; err != nil {
+		t.Fatalf("Open once the quorum is back: %v", err)
+	}
+	nc, err := nats.Connect(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{natsstore.DefaultStreamName, "KV_" + natsstore.DefaultKVBucket} {
+		st, err := js.Stream(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.CachedInfo().Config.Replicas; got != 3 {
+			t.Fatalf("stream %s has %d replicas, want 3", name, got)
+		}
 	}
 }

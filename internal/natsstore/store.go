@@ -27,6 +27,7 @@ const (
 	DefaultKVBucket      = "sparkles"
 	DefaultSubjectPrefix = "sparkles.events"
 	DefaultTimeout       = 10 * time.Second
+	DefaultStartTimeout  = 60 * time.Second
 )
 
 // Options tune a Store. Zero values take the defaults.
@@ -51,7 +52,13 @@ type Options struct {
 	// first publish to its state update, which runs to the end even if the
 	// caller gives up, so no append is left half done (default 10s).
 	Timeout time.Duration
-	Logger  *slog.Logger
+	// StartTimeout bounds how long Open, and Bucket after it, keep asking a
+	// JetStream that does not answer yet or says it is temporarily
+	// unavailable: a cluster started beside the coordinators, electing its
+	// leaders or its new stream's (default 60s). Any other refusal ends
+	// Open at once.
+	StartTimeout time.Duration
+	Logger       *slog.Logger
 	// Now stamps events appended without a ts (default time.Now).
 	Now func() time.Time
 	// NATSOptions are passed to nats.Connect: credentials, TLS, a name.
@@ -85,6 +92,7 @@ type Store struct {
 	log           *slog.Logger
 	now           func() time.Time
 	timeout       time.Duration
+	startTimeout  time.Duration
 	observer      Observer
 	// publish puts the events of one append on the wire: pipelined on a
 	// single server, as atomic batches on a replicated stream (publish.go).
@@ -206,6 +214,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -247,6 +258,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		log:           opts.Logger,
 		now:           opts.Now,
 		timeout:       opts.Timeout,
+		startTimeout:  opts.StartTimeout,
 		observer:      opts.Observer,
 		sandboxes:     make(map[string]*entry),
 		dropped:       make(map[string]uint64),
@@ -268,19 +280,23 @@ func (s *Store) init(ctx context.Context, opts Options) error {
 		return err
 	}
 	s.js = js
-	if err := s.checkJetStream(ctx); err != nil {
+	until := time.Now().Add(s.startTimeout)
+	if err := s.whenReady(ctx, until, s.checkJetStream); err != nil {
 		return err
 	}
-	if err := s.openStream(ctx, opts); err != nil {
+	if err := s.whenReady(ctx, until, func(ctx context.Context) error { return s.openStream(ctx, opts) }); err != nil {
 		return err
 	}
-	if s.kv, err = s.openBucket(ctx, jetstream.KeyValueConfig{
-		Bucket:      opts.KVBucket,
-		Description: "Sparkles sandbox states, configs, turns and approvals",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    opts.Replicas,
-	}, noTTL); err != nil {
+	if err := s.whenReady(ctx, until, func(ctx context.Context) (err error) {
+		s.kv, err = s.openBucket(ctx, jetstream.KeyValueConfig{
+			Bucket:      opts.KVBucket,
+			Description: "Sparkles sandbox states, configs, turns and approvals",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    opts.Replicas,
+		}, noTTL)
+		return err
+	}); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithCancel(context.Background())

@@ -102,6 +102,7 @@ func RunServerConfig(tb testing.TB, cfg Config) (url string, stop func()) {
 type Cluster struct {
 	tb      testing.TB
 	servers []*server.Server
+	opts    []*server.Options
 }
 
 // RunCluster starts n NATS servers with JetStream that form one cluster on
@@ -125,6 +126,14 @@ func RunCluster(tb testing.TB, n int) *Cluster {
 		routes[i] = &url.URL{Scheme: "nats-route", Host: freeAddr(tb)}
 	}
 	c := &Cluster{tb: tb}
+	tb.Cleanup(func() {
+		for _, s := range c.servers {
+			if s != nil {
+				s.Shutdown()
+				s.WaitForShutdown()
+			}
+		}
+	})
 	for i := range n {
 		_, port, _ := net.SplitHostPort(routes[i].Host)
 		cport, _ := strconv.Atoi(port)
@@ -146,16 +155,9 @@ func RunCluster(tb testing.TB, n int) *Cluster {
 			JetStreamMaxMemory: 64 << 20,
 			JetStreamMaxStore:  1 << 30,
 		}
-		s, err := server.NewServer(opts)
-		if err != nil {
-			tb.Fatalf("nats server: %v", err)
-		}
-		go s.Start()
-		tb.Cleanup(func() {
-			s.Shutdown()
-			s.WaitForShutdown()
-		})
-		c.servers = append(c.servers, s)
+		c.opts = append(c.opts, opts)
+		c.servers = append(c.servers, nil)
+		c.start(i)
 	}
 	for _, s := range c.servers {
 		if !s.ReadyForConnections(10 * time.Second) {
@@ -213,6 +215,28 @@ func (c *Cluster) URL() string {
 
 // Len is the number of servers.
 func (c *Cluster) Len() int { return len(c.servers) }
+
+// start starts server i with its options.
+func (c *Cluster) start(i int) {
+	c.tb.Helper()
+	s, err := server.NewServer(c.opts[i].Clone())
+	if err != nil {
+		c.tb.Fatalf("nats server: %v", err)
+	}
+	go s.Start()
+	c.servers[i] = s
+}
+
+// Restart starts server i again after Stop, on its ports and its store
+// directory, as when its machine comes back, and waits until it takes
+// connections.
+func (c *Cluster) Restart(i int) {
+	c.tb.Helper()
+	c.start(i)
+	if !c.servers[i].ReadyForConnections(10 * time.Second) {
+		c.tb.Fatal("nats server: not ready for connections within 10s")
+	}
+}
 
 // Stop shuts server i down and waits, as when its machine goes away.
 func (c *Cluster) Stop(i int) {

@@ -250,6 +250,13 @@ func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int
 
 // Head returns the published tip of the log and the sandbox's status.
 func (s *Store) Head(id string) (sandbox.Head, error) {
+	s.mu.Lock()
+	if e := s.sandboxes[id]; e != nil {
+		h := sandbox.HeadOf(e.sb)
+		s.mu.Unlock()
+		return h, nil
+	}
+	s.mu.Unlock()
 	e, _, err := s.loaded(id, false)
 	if err != nil {
 		return sandbox.Head{}, err
@@ -263,6 +270,13 @@ func (s *Store) Head(id string) (sandbox.Head, error) {
 // For a sandbox that does not exist (or no longer does) the channel is
 // already closed.
 func (s *Store) Wait(id string) <-chan struct{} {
+	s.mu.Lock()
+	if e := s.sandboxes[id]; e != nil {
+		defer s.mu.Unlock()
+		return e.waitChan()
+	}
+	s.mu.Unlock()
+	// Not in memory yet: loaded reads it from the file.
 	e, _, err := s.loaded(id, false)
 	if err != nil {
 		return closedChan
@@ -272,10 +286,7 @@ func (s *Store) Wait(id string) <-chan struct{} {
 	if s.sandboxes[id] != e {
 		return closedChan // dropped since loaded
 	}
-	if e.wait == nil {
-		e.wait = make(chan struct{})
-	}
-	return e.wait
+	return e.waitChan()
 }
 
 // State returns a copy of the published snapshot state.

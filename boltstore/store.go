@@ -179,6 +179,14 @@ type entry struct {
 	wal *walTail
 }
 
+// waitChan returns the channel the next wake closes; s.mu must be held.
+func (e *entry) waitChan() <-chan struct{} {
+	if e.wait == nil {
+		e.wait = make(chan struct{})
+	}
+	return e.wait
+}
+
 func (e *entry) wake() {
 	if e.wait != nil {
 		close(e.wait)

@@ -133,8 +133,8 @@ func (s *Server) follow(ctx context.Context, c *sseConn, id string, o *opened) e
 	defer s.tails.leave(t)
 	cursor, status, detail := o.cursor, o.status, o.detail
 	for {
-		// The sandbox as its tail last read it; the tail reads it again
-		// after each change, for all its streams.
+		// The sandbox as its tail last read it; after each change it is
+		// read again, once for all its streams.
 		v := t.view.Load()
 		if v.err != nil {
 			return v.err
@@ -180,6 +180,7 @@ func (s *Server) follow(ctx context.Context, c *sseConn, id string, o *opened) e
 		}
 
 		// Caught up: sleep until the sandbox changes.
+		changed := t.changed(v)
 		for waiting := true; waiting; {
 			select {
 			case <-ctx.Done():
@@ -190,9 +191,12 @@ func (s *Server) follow(ctx context.Context, c *sseConn, id string, o *opened) e
 				if err := c.comment("ping"); err != nil {
 					return err
 				}
-			case <-v.done:
+			case <-changed:
 				waiting = false
 			}
+		}
+		if changed == v.wake {
+			t.after(v)
 		}
 	}
 }

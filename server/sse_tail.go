@@ -13,10 +13,16 @@ import (
 // follow it, not once per stream. A commit used to wake every stream of
 // its sandbox, and each took the store's head and read the new events
 // itself: for 1,000 subscribers, 1,000 reads under the store's one lock
-// per commit. Now each sandbox with streams has a tail: one goroutine
-// (watch) wakes at the commit, reads the head and the new events once,
-// and publishes them as a new view, which wakes the streams; each writes
-// what it has not sent from the view. A tail holds the last tailMax events
+// per commit. Now each sandbox with streams has a tail, a view of its
+// newest events that every stream writes from. A view holds the store's
+// wait channel, taken before the view was read. A tail with one stream
+// has no goroutine: when the channel closes the stream reads the next
+// view itself. Once a second stream joins, the tail gets a reader, a
+// goroutine that waits on the channel, reads the next view once and
+// closes the old view's done, which wakes every stream; it stays until
+// the last stream leaves. The store's channel then has one waiter, so a
+// commit wakes one goroutine per tail rather than every stream of it
+// inside the store's lock. A tail holds the last tailMax events
 // (tailBytes at most); a stream further behind reads from the store, a
 // page at a time, until it is within it.
 //
@@ -30,7 +36,10 @@ import (
 // stream, so that several commits share a view and a write, was tried:
 // the streams already catch up several events per write once a fan-out
 // takes longer than the commits come (3.8 events a write without it, 4.0
-// with it), so it went.
+// with it), so it went. Every tail first had its reader: for the
+// product's load, 1,000 sandboxes with one stream each, that was a
+// second wake-up per event and 15 % of the server's CPU (sparkles bench,
+// latency, --profile); without it, 10 %.
 //
 // Events compacted away while in the tail may still be delivered from it:
 // compaction only drops superseded events, and replay from any cursor
@@ -55,16 +64,21 @@ type tail struct {
 	id   string
 	refs int // streams that hold it, under tails.mu; it is in tails.m while there are any
 	view atomic.Pointer[tailView]
-	quit chan struct{} // closed when the last stream leaves
+	// shared is set, and the reader started, when a second stream joins;
+	// quit is closed when the last one leaves.
+	shared atomic.Bool
+	quit   chan struct{}
 }
 
-// tailView is what a tail holds at one moment; it never changes. Its
-// events are every retained event with base < id <= last, as they were
-// when the view was read, with the head then. wake was taken before they
-// were read; done is closed once the next view is in the tail, which is
-// read after wake closes.
+// tailView is what a tail holds at one moment; it never changes but for
+// reading, which one goroutine claims. Its events are every retained
+// event with base < id <= last, as they were when the view was read,
+// with the head then. wake was taken before they were read; once it
+// closes, the goroutine that claims reading (the tail's reader, or its
+// one stream) reads the next view, puts it in the tail and closes done.
 type tailView struct {
 	wake       <-chan struct{}
+	reading    atomic.Bool
 	done       chan struct{}
 	head       sandbox.Head
 	base, last uint64
@@ -92,14 +106,13 @@ func (ts *tails) join(b Backend, id string) *tail {
 	t := ts.m[id]
 	if t == nil {
 		t = &tail{b: b, id: id, quit: make(chan struct{})}
-		v := t.next(nil)
-		t.view.Store(v)
+		t.view.Store(t.next(nil))
 		ts.m[id] = t
-		if v.err == nil {
-			go t.watch(v)
-		}
 	}
-	t.refs++
+	if t.refs++; t.refs == 2 && !t.shared.Load() {
+		t.shared.Store(true)
+		go t.read()
+	}
 	return t
 }
 
@@ -114,23 +127,45 @@ func (ts *tails) leave(t *tail) {
 	}
 }
 
-// watch refreshes the tail after every change of its sandbox until its
-// last stream leaves or the sandbox is gone.
-func (t *tail) watch(v *tailView) {
-	for {
+// read is the reader of a shared tail: it reads each view after the
+// sandbox changes, until the last stream leaves or the sandbox is gone.
+func (t *tail) read() {
+	v := t.view.Load()
+	for v.err == nil {
 		select {
 		case <-v.wake:
 		case <-t.quit:
 			return
 		}
-		next := t.next(v)
-		t.view.Store(next)
-		close(v.done)
-		if next.err != nil {
-			return
-		}
-		v = next
+		v = t.after(v)
 	}
+}
+
+// changed returns what a stream caught up with view v waits on: v's done
+// on a shared tail, whose reader reads the next view; v's wake on a tail
+// of its own, which it reads itself (after) once that closes.
+func (t *tail) changed(v *tailView) <-chan struct{} {
+	if t.shared.Load() {
+		return v.done
+	}
+	return v.wake
+}
+
+// after returns the view that follows v, once v's wake has closed: the
+// one in the tail if it has been read, else the one the caller reads, or
+// waits for while another goroutine reads it.
+func (t *tail) after(v *tailView) *tailView {
+	if cur := t.view.Load(); cur != v {
+		return cur
+	}
+	if !v.reading.CompareAndSwap(false, true) {
+		<-v.done
+		return t.view.Load()
+	}
+	next := t.next(v)
+	t.view.Store(next)
+	close(v.done)
+	return next
 }
 
 // next reads the view that follows prev (nil for the first): the head,

@@ -99,8 +99,8 @@ func TestStreamResumeEveryCursor(t *testing.T) {
 }
 
 // TestStreamSharedTail: streams of one sandbox at its tail do not read the
-// store each; the first to wake after a commit reads the new events once,
-// for all of them. A stream that opens far behind reads the store until it
+// store each; the tail's reader reads the new events of a commit once, for
+// all of them. A stream that opens far behind reads the store until it
 // is within the tail, then joins it, with no gap and no duplicate.
 func TestStreamSharedTail(t *testing.T) {
 	const streams, commits = 40, 20
@@ -136,6 +136,34 @@ func TestStreamSharedTail(t *testing.T) {
 	if got := reads.Load(); got > commits {
 		t.Fatalf("%d streams read the store %d times for %d commits, want at most one read a commit", streams+1, got, commits)
 	}
+}
+
+// TestStreamTailJoinLeave: a stream alone on its sandbox reads the tail
+// itself; when a second joins, the tail's reader takes over for both; when
+// the first leaves, the other goes on; when the last leaves, a new stream
+// starts a tail of its own. Every commit reaches every open stream.
+func TestStreamTailJoinLeave(t *testing.T) {
+	h := newHarness(t, options{})
+	c := h.createSandbox()
+	first := h.openStream(c.ID, "", nil)
+	first.snapshot()
+	first.expectIDs(h.appendMessages(c.ID, 2, 10))
+
+	second := h.openStream(c.ID, "", nil)
+	second.snapshot()
+	for range 3 {
+		ids := h.appendMessages(c.ID, 1, 10)
+		first.expectIDs(ids)
+		second.expectIDs(ids)
+	}
+
+	first.close()
+	second.expectIDs(h.appendMessages(c.ID, 2, 10))
+	second.close()
+
+	third := h.openStream(c.ID, "", nil)
+	third.snapshot()
+	third.expectIDs(h.appendMessages(c.ID, 2, 10))
 }
 
 // TestStreamNoGap commits an event right after the sandbox's tail has read

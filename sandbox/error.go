@@ -74,6 +74,7 @@ func IsType(err error, typ string) bool { return err != nil && ErrorType(err) ==
 // cursor_pruned; beyond the last id is cursor_stale. Both carry the marks.
 func (m Marks) CheckCursor(id string, after uint64) error {
 	if after != 0 && after < uint64(m.PrunedThrough) {
+		m := m // a copy made only here, so a cursor that passes allocates nothing
 		return &Error{
 			Type: ECursorPruned,
 			Message: fmt.Sprintf("cursor %d is older than the retained log of sandbox %s (pruned through %d); "+
@@ -82,6 +83,7 @@ func (m Marks) CheckCursor(id string, after uint64) error {
 		}
 	}
 	if after > uint64(m.LastEventID) {
+		m := m
 		return &Error{
 			Type: ECursorStale,
 			Message: fmt.Sprintf("cursor %d is beyond the last event of sandbox %s (%d); it does not come from this log. "+

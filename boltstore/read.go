@@ -147,11 +147,17 @@ func (s *Store) locate(id string, after uint64, limit int) (located, error) {
 	if limit < 1 {
 		return located{}, sandbox.Errorf(sandbox.EInvalidRequest, "read %s: limit must be at least 1, got %d", id, limit)
 	}
-	e, _, err := s.loaded(id, false)
-	if err != nil {
-		return located{}, err
-	}
 	s.mu.Lock()
+	e := s.sandboxes[id]
+	if e == nil {
+		s.mu.Unlock()
+		// Not in memory yet: loaded reads it from the file.
+		var err error
+		if e, _, err = s.loaded(id, false); err != nil {
+			return located{}, err
+		}
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	marks := e.sb.Marks()
 	if err := marks.CheckCursor(id, after); err != nil {

@@ -123,7 +123,11 @@
 // beside appends shares their commit without waiting for it. On two cores
 // neither committer meets the product's 50 ms through the server: in a CPU
 // profile of sparkles bench --scenario latency the committer has a quarter
-// of the samples, the streams and the bench's client the rest.
+// of the samples, the streams and the bench's client the rest. Nor does
+// the materialization hold it back: with none at all in the run, the
+// server's p99 was 92-128 ms against 110-140 ms with it (four alternating
+// runs each, server in a child process); what the p99 waits for is the
+// server's run queue on two busy cores (BENCHMARKS.md, latency).
 //
 // # Visibility
 //

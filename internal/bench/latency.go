@@ -84,6 +84,10 @@ func latencyChild(ctx context.Context, r *runner, sandboxes int, rate float64, d
 		return err
 	}
 	elapsed := time.Since(start)
+	if err := r.serverProfile(ctx, c); err != nil {
+		closeAll(subs)
+		return err
+	}
 	h, deliveries, err := closeAll(subs)
 	if err != nil {
 		return err

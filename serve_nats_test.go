@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
@@ -264,26 +261,8 @@ func TestServeNATSCluster(t *testing.T) {
 	var sb sandbox.Sandbox
 	p.mustCall("POST", "/v1/sandboxes", map[string]any{}, http.StatusCreated, &sb)
 
-	ctx := context.Background()
-	nc, err := nats.Connect(c.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{natsstore.DefaultStreamName, "KV_" + natsstore.DefaultKVBucket,
-		"KV_" + natscluster.DefaultNodeBucket, "KV_" + natscluster.DefaultLeaseBucket} {
-		stream, err := js.Stream(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := stream.CachedInfo().Config.Replicas; got != 3 {
-			t.Fatalf("stream %s has %d replicas, want 3", name, got)
-		}
-	}
+	natstest.CheckReplicas(t, c.URL(), 3, natsstore.DefaultStreamName, "KV_"+natsstore.DefaultKVBucket,
+		"KV_"+natscluster.DefaultNodeBucket, "KV_"+natscluster.DefaultLeaseBucket)
 	p.mustCall("GET", "/readyz", nil, http.StatusOK, nil)
 
 	t.Run("ErrReplicas", func(t *testing.T) {

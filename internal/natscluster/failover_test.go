@@ -39,9 +39,7 @@ func TestClusterFailover(t *testing.T) {
 		startNodeWith(t, c.URL(), "node-a", opts, copts),
 		startNodeWith(t, c.URL(), "node-b", opts, copts),
 	}
-	if info, err := rawJetStream(t, c.URL()).Stream(ctx, natsstore.DefaultStreamName); err != nil || info.CachedInfo().Config.Replicas != 3 {
-		t.Fatalf("stream: %v, %+v; want 3 replicas", err, info)
-	}
+	natstest.CheckReplicas(t, c.URL(), 3, natsstore.DefaultStreamName)
 
 	const sandboxes, turnsEach = 4, 3
 	ids := make([]string, sandboxes)

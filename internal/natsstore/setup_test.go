@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sparkles-dev/sparkles/internal/natscluster"
@@ -269,22 +268,5 @@ func TestOpenWaitsForJetStream(t *testing.T) {
 	if err := <-opened; err != nil {
 		t.Fatalf("Open once the quorum is back: %v", err)
 	}
-	nc, err := nats.Connect(c.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{natsstore.DefaultStreamName, "KV_" + natsstore.DefaultKVBucket} {
-		st, err := js.Stream(context.Background(), name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := st.CachedInfo().Config.Replicas; got != 3 {
-			t.Fatalf("stream %s has %d replicas, want 3", name, got)
-		}
-	}
+	natstest.CheckReplicas(t, c.URL(), 3, natsstore.DefaultStreamName, "KV_"+natsstore.DefaultKVBucket)
 }

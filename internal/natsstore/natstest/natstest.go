@@ -5,6 +5,7 @@
 package natstest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Config tunes RunServerConfig. Zero values take the defaults.
@@ -268,4 +271,28 @@ func lockClusters(tb testing.TB) {
 	}
 	// Registered first, so it runs after the servers' shutdowns.
 	tb.Cleanup(func() { f.Close() })
+}
+
+// CheckReplicas fails tb unless each of the named streams at url (a
+// key-value bucket's is KV_<bucket>) has want replicas.
+func CheckReplicas(tb testing.TB, url string, want int, streams ...string) {
+	tb.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, name := range streams {
+		st, err := js.Stream(context.Background(), name)
+		if err != nil {
+			tb.Fatalf("stream %s: %v", name, err)
+		}
+		if got := st.CachedInfo().Config.Replicas; got != want {
+			tb.Fatalf("stream %s has %d replicas, want %d", name, got, want)
+		}
+	}
 }

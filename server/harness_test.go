@@ -47,6 +47,7 @@ type options struct {
 	logger     *slog.Logger
 	// bodyTimeout bounds the reading of request bodies.
 	bodyTimeout time.Duration
+	observer    Observer
 }
 
 func newHarness(tb testing.TB, opt options) *harness {
@@ -57,7 +58,7 @@ func newHarness(tb testing.TB, opt options) *harness {
 		tb.Fatal(err)
 	}
 	be := &testBackend{Coordinator: coord, store: st}
-	srv := New(Config{Backend: be, Token: testToken, Keepalive: opt.keepalive, WriteTimeout: opt.writeTimeout, BodyTimeout: opt.bodyTimeout, Logger: opt.logger})
+	srv := New(Config{Backend: be, Token: testToken, Keepalive: opt.keepalive, WriteTimeout: opt.writeTimeout, BodyTimeout: opt.bodyTimeout, Logger: opt.logger, Observer: opt.observer})
 	ts := httptest.NewUnstartedServer(srv)
 	if opt.sendBuffer > 0 {
 		ts.Listener = sendBufferListener{ts.Listener, opt.sendBuffer}

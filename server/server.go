@@ -110,6 +110,10 @@ type Server struct {
 
 	httpSrv  *http.Server
 	shutOnce sync.Once
+	// taken counts the streams whose connections are no longer net/http's
+	// (sse_conn.go); takenMu orders their start against Shutdown.
+	taken   sync.WaitGroup
+	takenMu sync.Mutex
 
 	snapshots snapshotCache // see sse.go
 	tails     tails         // see sse_tail.go
@@ -433,8 +437,10 @@ func (s *Server) Serve(l net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	// Streams never go idle by themselves, so http.Server.Shutdown would wait
 	// on them forever; end them first.
+	s.takenMu.Lock()
 	s.cancel()
+	s.takenMu.Unlock()
 	var err error
-	s.shutOnce.Do(func() { err = s.httpSrv.Shutdown(ctx) })
+	s.shutOnce.Do(func() { err = errors.Join(s.httpSrv.Shutdown(ctx), s.waitTaken(ctx)) })
 	return err
 }

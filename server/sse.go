@@ -41,15 +41,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
 
-	c := &sseConn{
-		w:    w,
-		rc:   http.NewResponseController(w),
-		idle: s.cfg.Keepalive,
-		ping: time.NewTimer(s.cfg.Keepalive),
-	}
+	c := &sseConn{idle: s.cfg.Keepalive, ping: time.NewTimer(s.cfg.Keepalive)}
 	defer c.ping.Stop()
+	if hj, hctx, cancel := s.takeConn(ctx, w, r); hj != nil {
+		defer s.taken.Done()
+		defer cancel()
+		defer hj.close()
+		ctx, c.w, c.flusher = hctx, hj, hj.flush
+	} else {
+		w.WriteHeader(http.StatusOK)
+		c.w, c.flusher = w, http.NewResponseController(w).Flush
+	}
 	s.cfg.Observer.StreamOpened(o.given)
 	defer s.cfg.Observer.StreamClosed()
 	// Once the headers are out, failures can only end the stream: the
@@ -303,7 +306,7 @@ func snapshotFrame(id string, st *sandbox.State) ([]byte, error) {
 // the response's buffers.
 type sseConn struct {
 	w       io.Writer
-	rc      *http.ResponseController
+	flusher func() error // sends what w holds to the client
 	idle    time.Duration
 	ping    *time.Timer
 	scratch []byte
@@ -371,7 +374,7 @@ func (c *sseConn) comment(text string) error {
 // flush sends what is buffered and restarts the keepalive: a ping is only
 // due after a quiet interval.
 func (c *sseConn) flush() error {
-	if err := c.rc.Flush(); err != nil {
+	if err := c.flusher(); err != nil {
 		return writeError{err}
 	}
 	c.ping.Reset(c.idle)

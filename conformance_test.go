@@ -520,6 +520,7 @@ type recorder struct {
 	frames  []frame
 	dups    []string
 	cancel  context.CancelFunc
+	done    chan struct{} // closed when the reader of the last follow has returned
 }
 
 func newRecorder(t *testing.T, id, token string) *recorder {
@@ -528,21 +529,30 @@ func newRecorder(t *testing.T, id, token string) *recorder {
 	return r
 }
 
+// stop ends the stream being followed and waits until its reader has
+// returned, so that nothing it read is recorded after stop.
 func (r *recorder) stop() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.cancel != nil {
 		r.cancel()
+	}
+	done := r.done
+	r.mu.Unlock()
+	if done != nil {
+		<-done
 	}
 }
 
 // follow reads the stream of server p from the last id received on,
-// until the server goes away or follow is called again.
+// until the server goes away or follow is called again. The stream it
+// followed before has ended first: a frame that one read after the cursor
+// was taken would otherwise come again on the new stream.
 func (r *recorder) follow(p *serveProc) {
 	r.stop()
 	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
 	r.mu.Lock()
-	r.cancel = cancel
+	r.cancel, r.done = cancel, done
 	var cursor *uint64
 	if n := len(r.frames); n > 0 {
 		c, _ := strconv.ParseUint(r.frames[n-1].id, 10, 64)
@@ -553,9 +563,11 @@ func (r *recorder) follow(p *serveProc) {
 	r.mu.Unlock()
 	resp, err := openStream(ctx, p.streams, p.url, r.token, r.id, cursor)
 	if err != nil {
+		close(done)
 		r.t.Fatalf("open stream: %v", err)
 	}
 	go func() {
+		defer close(done)
 		defer resp.Body.Close()
 		fr := newSSEFrames(resp.Body)
 		for {

@@ -238,8 +238,20 @@ func (s *Store) openBucket(ctx context.Context, cfg jetstream.KeyValueConfig, ch
 	if err := check(st); err != nil {
 		return nil, fmt.Errorf("key-value bucket %s cannot hold what Sparkles keeps there: %w; fix its settings or delete it while no node runs", cfg.Bucket, err)
 	}
+	// The bucket's info comes from the meta leader; its reads are answered
+	// only once its own group has a leader. A bucket just made with
+	// replicas said "no responders" to the first read of a lease, so the
+	// bucket counts as open once it answers one: a key no one writes,
+	// which is not found.
+	if _, err := kv.Get(ctx, readyKey); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("key-value bucket %s does not answer reads: %w", cfg.Bucket, err)
+	}
 	return kv, nil
 }
+
+// readyKey is the key openBucket reads to learn that a bucket answers; no
+// one writes it.
+const readyKey = "sparkles-open-probe"
 
 // noTTL refuses a bucket whose keys expire: states must stay until
 // Sparkles removes them.

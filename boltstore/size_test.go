@@ -120,14 +120,18 @@ func TestFileSize(t *testing.T) {
 	fill("again", turns/2)
 	again := useOf(t, s, "c_1")
 	t.Logf("filled again: %v", again)
-	// As many appends as the prune removed: the freed pages take them, the
-	// high-water mark stays. What the WAL holds at most (twice its limit,
-	// under backpressure) may still need fresh pages: its values of up to
-	// 8 KiB span three pages each, which the single pages a log frees do
-	// not give.
-	walPages := 2 * walBytes / defaultWALValueMax * 3
-	if slack := int64(walPages+16) * 4096; again.size > pruned.size+slack {
-		t.Errorf("appends after the prune grew the file from %d to %d KiB while %d pages were free", pruned.size>>10, again.size>>10, pruned.freePages)
+	// As many appends as the prune removed: the freed pages take them, and
+	// the file grows by far less than they hold. Some fresh pages are still
+	// needed: the WAL's values of up to 8 KiB span three pages each, which
+	// the single pages a log frees do not give, and the state's items are
+	// rewritten beside them. Which free runs bbolt's map freelist hands out
+	// varies from run to run, and with it that part: 120-480 KiB in 25 runs
+	// here, 600 KiB once in CI, for 2,336 KiB appended. Without the reuse
+	// the file grows by at least what was appended.
+	appended := again.events - pruned.events
+	if slack := appended / 2; again.size > pruned.size+slack {
+		t.Errorf("appends of %d KiB after the prune grew the file from %d to %d KiB while %d pages were free",
+			appended>>10, pruned.size>>10, again.size>>10, pruned.freePages)
 	}
 }
 

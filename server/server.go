@@ -297,7 +297,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rid = sandbox.NewID("req_")
 	}
 	w.Header().Set("X-Request-Id", rid)
-	rw := &responseWriter{ResponseWriter: w, requestID: rid, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout, bodyTimeout: s.cfg.BodyTimeout}
+	rw := &responseWriter{ResponseWriter: w, requestID: rid, rc: http.NewResponseController(w), deadline: writeDeadline{timeout: s.cfg.WriteTimeout}, bodyTimeout: s.cfg.BodyTimeout}
 	// A stream that ended on a kept-alive connection leaves its deadline
 	// behind; until this answer's first write sets its own, there is none.
 	_ = rw.rc.SetWriteDeadline(time.Time{})
@@ -362,8 +362,7 @@ type responseWriter struct {
 	rc *http.ResponseController
 	// bodyTimeout bounds reading the request body (see decodeBody).
 	bodyTimeout time.Duration
-	timeout     time.Duration
-	deadline    time.Time // the write deadline this response last set
+	deadline    writeDeadline
 	requestID   string
 	status      int
 	bytes       int64
@@ -388,13 +387,27 @@ func (w *responseWriter) Write(b []byte) (int, error) {
 }
 
 func (w *responseWriter) extend() {
-	now := time.Now()
-	if w.deadline.Sub(now) > w.timeout/2 {
-		return
+	if at, moved := w.deadline.extend(); moved {
+		// A writer without deadlines (a recorder in tests) works without one.
+		_ = w.rc.SetWriteDeadline(at)
 	}
-	w.deadline = now.Add(w.timeout)
-	// A writer without deadlines (a recorder in tests) works without one.
-	_ = w.rc.SetWriteDeadline(w.deadline)
+}
+
+// writeDeadline is a response's write deadline. It moves only when less
+// than half of the timeout is left, not at every write.
+type writeDeadline struct {
+	timeout time.Duration
+	at      time.Time
+}
+
+// extend returns the deadline, and whether it moved and must be set.
+func (d *writeDeadline) extend() (time.Time, bool) {
+	now := time.Now()
+	if d.at.Sub(now) > d.timeout/2 {
+		return d.at, false
+	}
+	d.at = now.Add(d.timeout)
+	return d.at, true
 }
 
 // FlushError is what http.ResponseController.Flush calls: a flush is a

@@ -32,8 +32,7 @@ type hijacked struct {
 	conn     net.Conn
 	head     []byte // the status line and headers, sent with the first flush
 	buf      []byte // chunkReserve bytes, then the frames since the last flush
-	timeout  time.Duration
-	deadline time.Time
+	deadline writeDeadline
 	bytes    *int64 // the response's byte count, for the request log
 }
 
@@ -72,7 +71,7 @@ func (s *Server) hijack(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return nil, nil, nil
 	}
 	head = append(append(head, hb...), "\r\n"...)
-	hj := &hijacked{conn: conn, head: head, timeout: s.cfg.WriteTimeout}
+	hj := &hijacked{conn: conn, head: head, deadline: writeDeadline{timeout: s.cfg.WriteTimeout}}
 	if rw, ok := w.(*responseWriter); ok {
 		rw.status, rw.wrote = http.StatusOK, true
 		hj.bytes = &rw.bytes
@@ -206,15 +205,11 @@ func (h *hijacked) close() {
 	_ = h.conn.Close()
 }
 
-// extend moves the write deadline only when less than half of the timeout
-// is left, not at every write (as responseWriter.extend).
+// extend moves the connection's write deadline when it is due to move.
 func (h *hijacked) extend() {
-	now := time.Now()
-	if h.deadline.Sub(now) > h.timeout/2 {
-		return
+	if at, moved := h.deadline.extend(); moved {
+		_ = h.conn.SetWriteDeadline(at)
 	}
-	h.deadline = now.Add(h.timeout)
-	_ = h.conn.SetWriteDeadline(h.deadline)
 }
 
 func (h *hijacked) count(n int64) {

@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -37,22 +34,6 @@ func mustCreate(tb testing.TB, s *natsstore.Store, id string) {
 func textEvent(text string) *sandbox.Event {
 	return &sandbox.Event{Type: sandbox.TypeMessageUpdated, TS: t0,
 		Data: &sandbox.MessageUpdated{MessageID: "msg_1", PartID: "part_1", Kind: sandbox.PartText, Text: text}}
-}
-
-// rawJetStream is a plain client on the server, to do what a node of
-// another process would have done.
-func rawJetStream(tb testing.TB, url string) jetstream.JetStream {
-	tb.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return js
 }
 
 // killConnection closes a store's NATS connection at once, as when its

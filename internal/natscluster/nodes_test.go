@@ -545,7 +545,7 @@ func TestLeaseLapse(t *testing.T) {
 	until(t, frames, typeIs(sandbox.TypeMessageUpdated))
 
 	ctx := context.Background()
-	nodes, err := rawJetStream(t, natsURL).KeyValue(ctx, natscluster.DefaultNodeBucket)
+	nodes, err := natstest.JetStream(t, natsURL).KeyValue(ctx, natscluster.DefaultNodeBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ type fenced struct {
 
 func newFenced(t *testing.T, url string, replicas int) *fenced {
 	t.Helper()
-	f := &fenced{t: t, url: url, js: rawJetStream(t, url), replicas: replicas, id: sandbox.NewID(sandbox.PrefixSandbox)}
+	f := &fenced{t: t, url: url, js: natstest.JetStream(t, url), replicas: replicas, id: sandbox.NewID(sandbox.PrefixSandbox)}
 	f.a, f.ca = f.join("a")
 	f.b, f.cb = f.join("b")
 	if got := mustClaim(t, f.ca, f.id); got.Owner != f.ca.Node() {
@@ -325,7 +325,7 @@ func (f *fenced) waitLog(before uint64) {
 func TestFencesSeam(t *testing.T) {
 	ctx := context.Background()
 	url, _ := natstest.RunServer(t)
-	js := rawJetStream(t, url)
+	js := natstest.JetStream(t, url)
 	a, b := mustOpenChecked(t, url), mustOpenChecked(t, url)
 	var aLeases atomic.Bool
 	aLeases.Store(true)

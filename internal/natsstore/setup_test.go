@@ -93,7 +93,7 @@ func TestExistingSettings(t *testing.T) {
 	ctx := context.Background()
 	t.Run("KeptOnACluster", func(t *testing.T) {
 		c := natstest.RunCluster(t, 3)
-		js := rawJetStream(t, c.URL())
+		js := natstest.JetStream(t, c.URL())
 		// As an earlier version made it: no fence subjects, no atomic
 		// batches; and the operator's replicas and age limit.
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
@@ -177,7 +177,7 @@ func TestExistingSettings(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				url, _ := natstest.RunServer(t)
-				if err := tc.make(rawJetStream(t, url)); err != nil {
+				if err := tc.make(natstest.JetStream(t, url)); err != nil {
 					t.Fatal(err)
 				}
 				err := openErr(t, url, natsstore.Options{})
@@ -188,7 +188,7 @@ func TestExistingSettings(t *testing.T) {
 		}
 		t.Run("ErrNodesNoTTL", func(t *testing.T) {
 			url, _ := natstest.RunServer(t)
-			if _, err := rawJetStream(t, url).CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: natscluster.DefaultNodeBucket}); err != nil {
+			if _, err := natstest.JetStream(t, url).CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: natscluster.DefaultNodeBucket}); err != nil {
 				t.Fatal(err)
 			}
 			s := mustOpen(t, url)

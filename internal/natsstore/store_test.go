@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
@@ -74,22 +73,6 @@ func jsonOf(tb testing.TB, v any) string {
 		tb.Fatal(err)
 	}
 	return string(b)
-}
-
-// rawJetStream is a plain client on the server, to do what a store of
-// another process (or a crashed one) would have done.
-func rawJetStream(tb testing.TB, url string) jetstream.JetStream {
-	tb.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return js
 }
 
 // TestTwoProcesses runs two stores on one server, as two coordinators
@@ -223,7 +206,7 @@ func publishLeftover(tb testing.TB, js jetstream.JetStream, id string, evs ...*s
 func TestRepair(t *testing.T) {
 	ctx := context.Background()
 	url, _ := natstest.RunServer(t)
-	js := rawJetStream(t, url)
+	js := natstest.JetStream(t, url)
 	s := mustOpenChecked(t, url)
 	mustCreate(t, s, "c_1")
 	mustCreate(t, s, "c_2")
@@ -283,7 +266,7 @@ func TestRepair(t *testing.T) {
 func TestPublishRefused(t *testing.T) {
 	ctx := context.Background()
 	url, _ := natstest.RunServer(t)
-	js := rawJetStream(t, url)
+	js := natstest.JetStream(t, url)
 	s := mustOpenChecked(t, url)
 	mustCreate(t, s, "c_1")
 	kept := mustAppend(t, s, "c_1", textEvent("a"))
@@ -318,7 +301,7 @@ func TestPublishRefused(t *testing.T) {
 func TestDropKeys(t *testing.T) {
 	ctx := context.Background()
 	url, _ := natstest.RunServer(t)
-	js := rawJetStream(t, url)
+	js := natstest.JetStream(t, url)
 	s := mustOpenChecked(t, url)
 	for _, id := range []string{"c_1", "c_2"} {
 		mustCreate(t, s, id)
@@ -383,7 +366,7 @@ func TestOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		stream, err := rawJetStream(t, url).Stream(ctx, "OTHER")
+		stream, err := natstest.JetStream(t, url).Stream(ctx, "OTHER")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -273,19 +273,28 @@ func lockClusters(tb testing.TB) {
 	tb.Cleanup(func() { f.Close() })
 }
 
-// CheckReplicas fails tb unless each of the named streams at url (a
-// key-value bucket's is KV_<bucket>) has want replicas.
-func CheckReplicas(tb testing.TB, url string, want int, streams ...string) {
+// JetStream is a plain client of the server at url, closed when tb ends,
+// to do what a store or node of another process (or a crashed one) would
+// have done, or to look at what they did.
+func JetStream(tb testing.TB, url string) jetstream.JetStream {
 	tb.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer nc.Close()
+	tb.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return js
+}
+
+// CheckReplicas fails tb unless each of the named streams at url (a
+// key-value bucket's is KV_<bucket>) has want replicas.
+func CheckReplicas(tb testing.TB, url string, want int, streams ...string) {
+	tb.Helper()
+	js := JetStream(tb, url)
 	for _, name := range streams {
 		st, err := js.Stream(context.Background(), name)
 		if err != nil {

@@ -54,23 +54,21 @@ func (s *Server) hijack(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	if r.ProtoMajor != 1 || r.ProtoMinor < 1 {
 		return nil, nil, nil
 	}
-	h := w.Header()
+	// The head is the response's headers and the three net/http would have
+	// added, written before the hijack and sent with the first flush.
+	h := w.Header().Clone()
 	h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
 	h.Set("Transfer-Encoding", "chunked")
 	h.Set("Connection", "close")
-	head := []byte("HTTP/1.1 200 OK\r\n")
-	var hb headerBuffer
-	if err := h.Write(&hb); err != nil {
+	head := headerBuffer("HTTP/1.1 200 OK\r\n")
+	if err := h.Write(&head); err != nil {
 		return nil, nil, nil
 	}
+	head = append(head, "\r\n"...)
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		h.Del("Transfer-Encoding")
-		h.Del("Connection")
-		h.Del("Date")
 		return nil, nil, nil
 	}
-	head = append(append(head, hb...), "\r\n"...)
 	hj := &hijacked{conn: conn, head: head, deadline: writeDeadline{timeout: s.cfg.WriteTimeout}}
 	if rw, ok := w.(*responseWriter); ok {
 		rw.status, rw.wrote = http.StatusOK, true

@@ -1,5 +1,7 @@
 package natsstore
 
+import "context"
+
 // SetHooks makes s call afterSend after event i of an append went out
 // (before the next), and beforeCommit once an append's events are stored
 // (before its state is). Either may be nil.
@@ -27,4 +29,23 @@ func SetWatchHook(s *Store, fn func(key string)) {
 		return
 	}
 	s.watchHook.Store(&fn)
+}
+
+// SetLagging makes the direct gets of s answer not found for the keys lag
+// names, as a replica of the bucket that has not caught up does; nil ends
+// it.
+func SetLagging(s *Store, lag func(key string) bool) {
+	if s.hooks == nil {
+		s.hooks = &testHooks{}
+	}
+	s.hooks.lagging = lag
+}
+
+// GetKey is the store's read of a key of its bucket.
+func GetKey(s *Store, key string) ([]byte, uint64, error) {
+	kve, err := s.getKey(context.Background(), key)
+	if err != nil {
+		return nil, 0, err
+	}
+	return kve.Value(), kve.Revision(), nil
 }

@@ -2,6 +2,7 @@ package natsstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -136,6 +137,9 @@ type testHooks struct {
 	// publish wraps each attempt to publish an append's events: it may
 	// make it or not, and say what the writer learns of it.
 	publish func(do func() ([]uint64, error)) ([]uint64, error)
+	// lagging makes the bucket's direct gets of the keys it names answer
+	// not found, as a replica that has not caught up does.
+	lagging func(key string) bool
 }
 
 func (h *testHooks) sent(id string, i int) {
@@ -487,7 +491,7 @@ type stored struct {
 func (s *Store) fetch(ctx context.Context, id string) (*entry, stored, error) {
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	kve, err := s.kv.Get(ctx, stateKey(id))
+	kve, err := s.getKey(ctx, stateKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		s.mu.Lock()
 		e := s.sandboxes[id]
@@ -634,3 +638,85 @@ func (s *Store) repairOne(ctx context.Context, id string) error {
 	_, err = s.loadForWrite(ctx, e, nil)
 	return err
 }
+
+// getKey reads the latest value of a key of the bucket. kv.Get is a direct
+// get, which any replica of the bucket may answer, and one that has not
+// caught up yet answers "not found" for a key written a moment ago. A not
+// found is therefore asked again of the stream's leader, which holds every
+// write the bucket acknowledged; only its not found (or a delete marker)
+// is one.
+func (s *Store) getKey(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	var kve jetstream.KeyValueEntry
+	var err error = jetstream.ErrKeyNotFound
+	if h := s.hooks; h == nil || h.lagging == nil || !h.lagging(key) {
+		kve, err = s.kv.Get(ctx, key)
+	}
+	if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return kve, err
+	}
+	return s.leaderGet(ctx, key)
+}
+
+// leaderGet reads the last message of a key's subject through the stream's
+// leader (the message-get API, not the direct get).
+func (s *Store) leaderGet(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	bucket := s.kv.Bucket()
+	req, err := json.Marshal(struct {
+		LastFor string `json:"last_by_subj"`
+	}{"$KV." + bucket + "." + key})
+	if err != nil {
+		return nil, err
+	}
+	msg, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
+	if err != nil {
+		return nil, fmt.Errorf("get %s from the leader: %w", key, err)
+	}
+	var resp struct {
+		Message *struct {
+			Sequence uint64    `json:"seq"`
+			Header   []byte    `json:"hdrs"`
+			Data     []byte    `json:"data"`
+			Time     time.Time `json:"time"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, fmt.Errorf("get %s from the leader: %w", key, err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+			return nil, jetstream.ErrKeyNotFound
+		}
+		return nil, fmt.Errorf("get %s from the leader: %w", key, resp.Error)
+	}
+	if resp.Message == nil {
+		return nil, fmt.Errorf("get %s from the leader: an answer with no message", key)
+	}
+	if len(resp.Message.Header) > 0 {
+		h, err := nats.DecodeHeadersMsg(resp.Message.Header)
+		if err != nil {
+			return nil, fmt.Errorf("get %s from the leader: %w", key, err)
+		}
+		if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			return nil, jetstream.ErrKeyNotFound
+		}
+	}
+	m := resp.Message
+	return leaderEntry{bucket: bucket, key: key, value: m.Data, rev: m.Sequence, created: m.Time}, nil
+}
+
+// leaderEntry is a value leaderGet read.
+type leaderEntry struct {
+	bucket, key string
+	value       []byte
+	rev         uint64
+	created     time.Time
+}
+
+func (e leaderEntry) Bucket() string                  { return e.bucket }
+func (e leaderEntry) Key() string                     { return e.key }
+func (e leaderEntry) Value() []byte                   { return e.value }
+func (e leaderEntry) Revision() uint64                { return e.rev }
+func (e leaderEntry) Created() time.Time              { return e.created }
+func (e leaderEntry) Delta() uint64                   { return 0 }
+func (e leaderEntry) Operation() jetstream.KeyValueOp { return jetstream.KeyValuePut }

@@ -424,3 +424,64 @@ func TestObserver(t *testing.T) {
 		t.Fatalf("observed took %v, syncs %v; want some time and no syncs", obs.took, obs.syncs)
 	}
 }
+
+// TestLaggingReplica: a direct get may be answered by a replica of the
+// bucket that has not caught up, which says "not found" for a key written
+// a moment ago. The store asks the stream's leader before it believes
+// that: a sandbox another process just created is found, and is not
+// forgotten; a key that was deleted, or never written, is not found.
+func TestLaggingReplica(t *testing.T) {
+	ctx := context.Background()
+	url, _ := natstest.RunServer(t)
+	js := natstest.JetStream(t, url)
+	a, b := mustOpenChecked(t, url), mustOpenChecked(t, url)
+	natsstore.SetLagging(b, func(string) bool { return true })
+	mustCreate(t, a, "c_new")
+	mustAppend(t, a, "c_new", &sandbox.Event{Type: sandbox.TypeTurnStarted, TurnID: "turn_1", TS: t0, Data: &sandbox.TurnStarted{}})
+	// b reads the state through its bucket (it may know the sandbox from
+	// its watch already; Turn and Config read keys of their own).
+	if _, err := b.Sandbox(ctx, "c_new"); err != nil {
+		t.Fatalf("a sandbox created by another process, read while the replica lags: %v", err)
+	}
+	// An append reads the state from the bucket before it writes; a not
+	// found there used to make b forget the sandbox.
+	mustAppend(t, b, "c_new", &sandbox.Event{Type: sandbox.TypeTurnCompleted, TurnID: "turn_1", TS: t0,
+		Data: &sandbox.TurnCompleted{Status: sandbox.TurnSucceeded, StopReason: sandbox.StopEndTurn}})
+	if _, err := b.Turn(ctx, "c_new", "turn_1"); err != nil {
+		t.Fatalf("turn read while the replica lags: %v", err)
+	}
+	if _, err := b.Config(ctx, "c_new"); err != nil {
+		t.Fatalf("config read while the replica lags: %v", err)
+	}
+	if _, rev, err := natsstore.GetKey(b, "state.c_new"); err != nil || rev == 0 {
+		t.Fatalf("the state from the leader: revision %d, %v", rev, err)
+	}
+
+	kv, err := js.KeyValue(ctx, natsstore.DefaultKVBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "probe.deleted", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "probe.deleted"); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"probe.deleted", "probe.never"} {
+		if _, _, err := natsstore.GetKey(b, key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("%s: err = %v, want not found", key, err)
+		}
+	}
+	if _, err := kv.Put(ctx, "probe.live", []byte("live")); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := natsstore.GetKey(b, "probe.live"); err != nil || string(v) != "live" {
+		t.Fatalf("probe.live = %q, %v", v, err)
+	}
+	if err := b.Drop(ctx, "c_new"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Config(ctx, "c_new"); !sandbox.IsType(err, sandbox.ENotFound) {
+		t.Fatalf("config of a dropped sandbox: %v, want not_found", err)
+	}
+}

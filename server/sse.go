@@ -42,7 +42,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 
-	c := &sseConn{idle: s.cfg.Keepalive, ping: time.NewTimer(s.cfg.Keepalive)}
+	c := &sseConn{idle: s.cfg.Keepalive, ping: time.NewTimer(s.cfg.Keepalive), flushed: time.Now()}
 	defer c.ping.Stop()
 	if hj, hctx, cancel := s.takeConn(ctx, w, r); hj != nil {
 		defer s.taken.Done()
@@ -53,6 +53,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 		w.WriteHeader(http.StatusOK)
 		c.w, c.flusher = w, http.NewResponseController(w).Flush
 	}
+	// The stream ends when the client leaves or the server shuts down: one
+	// context for both, so that a waiting stream selects on three
+	// channels, not four.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(s.ctx, stop)()
 	s.cfg.Observer.StreamOpened(o.given)
 	defer s.cfg.Observer.StreamClosed()
 	// Once the headers are out, failures can only end the stream: the
@@ -176,7 +182,7 @@ func (s *Server) follow(ctx context.Context, c *sseConn, id string, o *opened) e
 		if cursor < v.last {
 			// More is there at once: read on without waiting, unless the
 			// client or the server is leaving.
-			if ctx.Err() != nil || s.ctx.Err() != nil {
+			if ctx.Err() != nil {
 				return nil
 			}
 			continue
@@ -188,12 +194,15 @@ func (s *Server) follow(ctx context.Context, c *sseConn, id string, o *opened) e
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-s.ctx.Done():
-				return nil
 			case <-c.ping.C:
+				if quiet := time.Since(c.flushed); quiet < c.idle {
+					c.ping.Reset(c.idle - quiet) // written to since it was set
+					continue
+				}
 				if err := c.comment("ping"); err != nil {
 					return err
 				}
+				c.ping.Reset(c.idle)
 			case <-changed:
 				waiting = false
 			}
@@ -309,6 +318,7 @@ type sseConn struct {
 	flusher func() error // sends what w holds to the client
 	idle    time.Duration
 	ping    *time.Timer
+	flushed time.Time // the last flush
 	scratch []byte
 }
 
@@ -328,15 +338,25 @@ var batchBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, b
 
 const batchBufferSize = 32 << 10
 
-// batch writes the frames of recs and flushes them.
+// batch writes the frames of recs and flushes them. A stream that took its
+// connection writes them into its chunk, which is sent whenever it holds
+// batchBufferSize bytes; the others go through a batch buffer.
 func (c *sseConn) batch(recs []sandbox.Record) error {
+	var err error
+	if hj, ok := c.w.(*hijacked); ok {
+		for _, rec := range recs {
+			if c.scratch, err = writeFrame(hj, c.scratch, rec.ID, string(rec.Type), rec.JSON); err != nil {
+				return writeError{err}
+			}
+		}
+		return c.flush()
+	}
 	bw := batchBuffers.Get().(*bufio.Writer)
 	bw.Reset(c.w)
 	defer func() {
 		bw.Reset(nil)
 		batchBuffers.Put(bw)
 	}()
-	var err error
 	for _, rec := range recs {
 		if c.scratch, err = writeFrame(bw, c.scratch, rec.ID, string(rec.Type), rec.JSON); err != nil {
 			return writeError{err}
@@ -371,13 +391,16 @@ func (c *sseConn) comment(text string) error {
 	return c.flush()
 }
 
-// flush sends what is buffered and restarts the keepalive: a ping is only
-// due after a quiet interval.
+// flush sends what is buffered and notes when, for the keepalive: a ping is
+// only due after a quiet interval. The timer is not reset at every flush
+// (with 1,000 streams at 200 events/s that was 1 % of the server's CPU);
+// when it fires after a write, it is set again for the rest of the
+// interval.
 func (c *sseConn) flush() error {
 	if err := c.flusher(); err != nil {
 		return writeError{err}
 	}
-	c.ping.Reset(c.idle)
+	c.flushed = time.Now()
 	return nil
 }
 

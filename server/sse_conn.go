@@ -159,6 +159,10 @@ func (h *hijacked) Write(p []byte) (int, error) {
 		h.buf = (*chunkBuffers.Get().(*[]byte))[:chunkReserve]
 	}
 	h.buf = append(h.buf, p...)
+	if len(h.buf) >= batchBufferSize {
+		// A long replay goes out in chunks of about this size.
+		return len(p), h.flush()
+	}
 	return len(p), nil
 }
 

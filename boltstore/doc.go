@@ -127,7 +127,14 @@
 // the materialization hold it back: with none at all in the run, the
 // server's p99 was 92-128 ms against 110-140 ms with it (four alternating
 // runs each, server in a child process); what the p99 waits for is the
-// server's run queue on two busy cores (BENCHMARKS.md, latency).
+// server's run queue on two busy cores (BENCHMARKS.md, latency). A runtime
+// trace of that load shows the committer in fdatasync for half its wall
+// time, two syncs a commit, and waiting for a processor 8 % of it.
+// Carrying a few sandboxes' materialization in each commit of appends
+// instead of chunks of their own made the commits slower and the p99
+// worse (92, 54 and 83 ms against 59, 61 and 64 ms, alternating runs): a
+// sandbox's materialization costs about the same whatever its records,
+// so more and smaller ones cost more.
 //
 // # Visibility
 //

@@ -43,7 +43,7 @@ func SetLagging(s *Store, lag func(key string) bool) {
 
 // GetKey is the store's read of a key of its bucket.
 func GetKey(s *Store, key string) ([]byte, uint64, error) {
-	kve, err := s.getKey(context.Background(), key)
+	kve, err := s.kv.Get(context.Background(), key)
 	if err != nil {
 		return nil, 0, err
 	}

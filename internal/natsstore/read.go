@@ -41,7 +41,7 @@ func (s *Store) Create(ctx context.Context, sb sandbox.Sandbox, config []byte) e
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
 	id := sb.ID
-	if _, err := s.getKey(ctx, stateKey(id)); err == nil {
+	if _, err := s.kv.Get(ctx, stateKey(id)); err == nil {
 		return sandbox.Errorf(sandbox.EConflict, "sandbox %s already exists", id)
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("create sandbox %s: %w", id, err)
@@ -260,7 +260,7 @@ func (s *Store) Config(ctx context.Context, id string) ([]byte, error) {
 	if _, err := s.lookup(ctx, id); err != nil {
 		return nil, err
 	}
-	kve, err := s.getKey(ctx, configKey(id))
+	kve, err := s.kv.Get(ctx, configKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, notFound(id)
 	}
@@ -297,7 +297,7 @@ func (s *Store) resource(ctx context.Context, sandboxID, id string, key func(str
 	if !validID(id) {
 		return sandbox.Errorf(sandbox.ENotFound, "%s %s not found in sandbox %s", kind, id, sandboxID)
 	}
-	kve, err := s.getKey(ctx, key(sandboxID, id))
+	kve, err := s.kv.Get(ctx, key(sandboxID, id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return sandbox.Errorf(sandbox.ENotFound, "%s %s not found in sandbox %s", kind, id, sandboxID)
 	}

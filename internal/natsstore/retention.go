@@ -324,7 +324,7 @@ func (s *Store) Check() error {
 	}
 	for key := range keys.Keys() {
 		id, _ := cutKey(key, "state.")
-		kve, err := s.getKey(ctx, key)
+		kve, err := s.kv.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // dropped meanwhile
 		}
@@ -346,7 +346,7 @@ func (s *Store) Check() error {
 
 func (s *Store) checkOne(ctx context.Context, id string, st *sandbox.State) error {
 	m := st.Marks()
-	if _, err := s.getKey(ctx, configKey(id)); err != nil {
+	if _, err := s.kv.Get(ctx, configKey(id)); err != nil {
 		return fmt.Errorf("sandbox %s: config: %w", id, err)
 	}
 	tip, err := s.lastSeq(ctx, s.subject(id), 0)

@@ -246,7 +246,7 @@ func (s *Store) openBucket(ctx context.Context, cfg jetstream.KeyValueConfig, ch
 	if _, err := kv.Get(ctx, readyKey); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("key-value bucket %s does not answer reads: %w", cfg.Bucket, err)
 	}
-	return kv, nil
+	return leaderKV{KeyValue: kv, s: s}, nil
 }
 
 // readyKey is the key openBucket reads to learn that a bucket answers; no

@@ -137,7 +137,7 @@ type testHooks struct {
 	// publish wraps each attempt to publish an append's events: it may
 	// make it or not, and say what the writer learns of it.
 	publish func(do func() ([]uint64, error)) ([]uint64, error)
-	// lagging makes the bucket's direct gets of the keys it names answer
+	// lagging makes the buckets' direct gets of the keys it names answer
 	// not found, as a replica that has not caught up does.
 	lagging func(key string) bool
 }
@@ -491,7 +491,7 @@ type stored struct {
 func (s *Store) fetch(ctx context.Context, id string) (*entry, stored, error) {
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	kve, err := s.getKey(ctx, stateKey(id))
+	kve, err := s.kv.Get(ctx, stateKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		s.mu.Lock()
 		e := s.sandboxes[id]
@@ -639,28 +639,35 @@ func (s *Store) repairOne(ctx context.Context, id string) error {
 	return err
 }
 
-// getKey reads the latest value of a key of the bucket. kv.Get is a direct
-// get, which any replica of the bucket may answer, and one that has not
-// caught up yet answers "not found" for a key written a moment ago. A not
-// found is therefore asked again of the stream's leader, which holds every
-// write the bucket acknowledged; only its not found (or a delete marker)
-// is one.
-func (s *Store) getKey(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+// leaderKV is a bucket whose Get believes a not found only once the
+// stream's leader says it too. kv.Get is a direct get, which any replica
+// of the bucket may answer, and one that has not caught up yet answers
+// "not found" for a key written a moment ago: a state another process
+// just created (the store then forgot the sandbox, and an append answered
+// not_found), or a node that just registered (a claim then took a live
+// node's lease). The leader holds every write the bucket acknowledged;
+// its not found, or a delete marker, is one. Every bucket the store opens
+// is one of these, the cluster's too (Bucket).
+type leaderKV struct {
+	jetstream.KeyValue
+	s *Store
+}
+
+func (kv leaderKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
 	var kve jetstream.KeyValueEntry
 	var err error = jetstream.ErrKeyNotFound
-	if h := s.hooks; h == nil || h.lagging == nil || !h.lagging(key) {
-		kve, err = s.kv.Get(ctx, key)
+	if h := kv.s.hooks; h == nil || h.lagging == nil || !h.lagging(key) {
+		kve, err = kv.KeyValue.Get(ctx, key)
 	}
 	if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return kve, err
 	}
-	return s.leaderGet(ctx, key)
+	return kv.s.leaderGet(ctx, kv.Bucket(), key)
 }
 
 // leaderGet reads the last message of a key's subject through the stream's
 // leader (the message-get API, not the direct get).
-func (s *Store) leaderGet(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
-	bucket := s.kv.Bucket()
+func (s *Store) leaderGet(ctx context.Context, bucket, key string) (jetstream.KeyValueEntry, error) {
 	req, err := json.Marshal(struct {
 		LastFor string `json:"last_by_subj"`
 	}{"$KV." + bucket + "." + key})

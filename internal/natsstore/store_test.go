@@ -429,7 +429,8 @@ func TestObserver(t *testing.T) {
 // bucket that has not caught up, which says "not found" for a key written
 // a moment ago. The store asks the stream's leader before it believes
 // that: a sandbox another process just created is found, and is not
-// forgotten; a key that was deleted, or never written, is not found.
+// forgotten; so is a key of a bucket opened for the cluster; a key that
+// was deleted, or never written, is not found.
 func TestLaggingReplica(t *testing.T) {
 	ctx := context.Background()
 	url, _ := natstest.RunServer(t)
@@ -477,6 +478,25 @@ func TestLaggingReplica(t *testing.T) {
 	}
 	if v, _, err := natsstore.GetKey(b, "probe.live"); err != nil || string(v) != "live" {
 		t.Fatalf("probe.live = %q, %v", v, err)
+	}
+	// A bucket opened for the cluster reads the same way: a node that just
+	// registered is found.
+	nodes, err := b.Bucket(ctx, jetstream.KeyValueConfig{Bucket: "lagging-nodes"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := js.KeyValue(ctx, "lagging-nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Put(ctx, "node-a", []byte("alive")); err != nil {
+		t.Fatal(err)
+	}
+	if kve, err := nodes.Get(ctx, "node-a"); err != nil || string(kve.Value()) != "alive" {
+		t.Fatalf("a key of a cluster bucket, read while the replica lags: %v", err)
+	}
+	if _, err := nodes.Get(ctx, "node-b"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("a key never written: %v, want not found", err)
 	}
 	if err := b.Drop(ctx, "c_new"); err != nil {
 		t.Fatal(err)

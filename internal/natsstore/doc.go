@@ -129,6 +129,14 @@
 // cursor beyond the last id this process knows is checked against the
 // bucket before it is called stale.
 //
+// A key-value read is a direct get, which any replica of a replicated
+// bucket may answer, and one that has not caught up yet says "not found"
+// for a key written a moment ago. Every bucket the store opens (its own
+// and the cluster's, Store.Bucket) therefore asks the stream's leader
+// again before it believes a not found (leaderKV). A stale value is
+// harmless: every write expects the revision or sequence it read, and the
+// leader refuses one that moved.
+//
 // # Several processes
 //
 // Safe from any number of processes at once: every read (Read, Head, Wait,

@@ -425,7 +425,7 @@ func (s *Store) loadForWrite(ctx context.Context, e *entry, check func(view) err
 func (s *Store) foldRange(ctx context.Context, id string, st *sandbox.State, from, to uint64, before func(seq uint64) error, ch *changes) (int, error) {
 	n := 0
 	for from <= to {
-		msgs, err := s.getBatch(ctx, s.subject(id), from, 256, 0)
+		msgs, err := s.getBatch(ctx, s.subject(id), from, 256, 0, to)
 		if err != nil {
 			return n, fmt.Errorf("sandbox %s: %w", id, err)
 		}

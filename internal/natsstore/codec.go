@@ -147,16 +147,59 @@ const (
 // the server. A reply cut short by maxBytes ends early; the caller pages.
 // Unlike a consumer it reports a stalled server as an error rather than as
 // an empty page, which a reader would take for the end of the log.
-func (s *Store) getBatch(ctx context.Context, subject string, from uint64, n, maxBytes int) ([]*nats.Msg, error) {
+//
+// upTo, when not 0, is a sequence the caller knows the subject has a
+// message at or beyond (the last id of the log that it read from the
+// state): a reply that ends before it, saying nothing more is pending,
+// came from a replica that has not caught up, since any replica of a
+// replicated stream may answer a direct get. The rest, up to upTo, is then
+// read from the stream's leader, a message at a time; a message deleted
+// since is not there either.
+func (s *Store) getBatch(ctx context.Context, subject string, from uint64, n, maxBytes int, upTo uint64) ([]*nats.Msg, error) {
 	if n < 1 {
 		return nil, nil
 	}
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
+	msgs, pending, err := s.directBatch(ctx, subject, from, n, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	if h := s.hooks; h != nil && h.laggingLog != nil {
+		msgs, pending = h.laggingLog(msgs), 0
+	}
+	if upTo == 0 || len(msgs) >= n || pending > 0 {
+		return msgs, nil
+	}
+	next := from
+	if len(msgs) > 0 {
+		last, err := msgSeq(msgs[len(msgs)-1])
+		if err != nil {
+			return nil, err
+		}
+		next = last + 1
+	}
+	for next <= upTo && len(msgs) < n {
+		msg, seq, err := s.leaderNext(ctx, subject, next)
+		if err != nil {
+			return nil, fmt.Errorf("read %s from %d: %w", subject, next, err)
+		}
+		if msg == nil || seq > upTo {
+			break
+		}
+		msgs = append(msgs, msg)
+		next = seq + 1
+	}
+	return msgs, nil
+}
+
+// directBatch is one batched direct get: the messages, and how many more
+// the replica that answered has pending after them.
+func (s *Store) directBatch(ctx context.Context, subject string, from uint64, n, maxBytes int) ([]*nats.Msg, uint64, error) {
 	inbox := nats.NewInbox()
 	sub, err := s.nc.SubscribeSync(inbox)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer sub.Unsubscribe()
 	req, err := json.Marshal(struct {
@@ -166,33 +209,39 @@ func (s *Store) getBatch(ctx context.Context, subject string, from uint64, n, ma
 		MaxBytes int    `json:"max_bytes,omitempty"`
 	}{from, subject, n, maxBytes})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := s.nc.PublishRequest("$JS.API.DIRECT.GET."+s.streamName, inbox, req); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	msgs := make([]*nats.Msg, 0, min(n, 256))
 	for {
 		msg, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("read %s from %d: %w", subject, from, err)
+			return nil, 0, fmt.Errorf("read %s from %d: %w", subject, from, err)
 		}
 		if len(msg.Data) == 0 {
 			if status := msg.Header.Get("Status"); status != "" {
 				switch status {
-				case statusNoContent, statusNotFound:
-					return msgs, nil
+				case statusNoContent:
+					pending, _ := strconv.ParseUint(msg.Header.Get(numPendingHeader), 10, 64)
+					return msgs, pending, nil
+				case statusNotFound:
+					return msgs, 0, nil
 				default:
-					return nil, fmt.Errorf("read %s from %d: %s %s", subject, from, status, msg.Header.Get("Description"))
+					return nil, 0, fmt.Errorf("read %s from %d: %s %s", subject, from, status, msg.Header.Get("Description"))
 				}
 			}
 		}
 		msgs = append(msgs, msg)
 		if len(msgs) > n {
-			return nil, fmt.Errorf("read %s from %d: server sent more than %d messages", subject, from, n)
+			return nil, 0, fmt.Errorf("read %s from %d: server sent more than %d messages", subject, from, n)
 		}
 	}
 }
+
+// numPendingHeader is what the end of a batched direct get says is left.
+const numPendingHeader = "Nats-Num-Pending"
 
 // msgSeq returns the stream sequence of a direct get reply.
 func msgSeq(msg *nats.Msg) (uint64, error) {

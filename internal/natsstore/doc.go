@@ -129,13 +129,16 @@
 // cursor beyond the last id this process knows is checked against the
 // bucket before it is called stale.
 //
-// A key-value read is a direct get, which any replica of a replicated
-// bucket may answer, and one that has not caught up yet says "not found"
-// for a key written a moment ago. Every bucket the store opens (its own
-// and the cluster's, Store.Bucket) therefore asks the stream's leader
-// again before it believes a not found (leaderKV). A stale value is
-// harmless: every write expects the revision or sequence it read, and the
-// leader refuses one that moved.
+// Reads are direct gets, which any replica of a replicated stream may
+// answer, and one that has not caught up yet lacks what was written a
+// moment ago. A key-value read that says "not found" is asked again of the
+// stream's leader, in every bucket the store opens, its own and the
+// cluster's (leaderKV). A read of the log that ends, nothing more pending,
+// before the last id the state gives is finished from the log's leader, a
+// message at a time (getBatch): the server's streams take a short page for
+// the end of the log and would skip what it lacked. A stale value is
+// otherwise harmless: every write expects the revision or sequence it
+// read, and the leader refuses one that moved.
 //
 // # Several processes
 //

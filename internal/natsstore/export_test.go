@@ -1,6 +1,10 @@
 package natsstore
 
-import "context"
+import (
+	"context"
+
+	"github.com/nats-io/nats.go"
+)
 
 // SetHooks makes s call afterSend after event i of an append went out
 // (before the next), and beforeCommit once an append's events are stored
@@ -48,4 +52,14 @@ func GetKey(s *Store, key string) ([]byte, uint64, error) {
 		return nil, 0, err
 	}
 	return kve.Value(), kve.Revision(), nil
+}
+
+// SetLaggingLog makes the batched direct gets of the log of s answer as a
+// replica that has not caught up does: cut gives the messages the reply
+// keeps, and the reply says nothing more is pending. nil ends it.
+func SetLaggingLog(s *Store, cut func(msgs []*nats.Msg) []*nats.Msg) {
+	if s.hooks == nil {
+		s.hooks = &testHooks{}
+	}
+	s.hooks.laggingLog = cut
 }

@@ -158,7 +158,7 @@ func (s *Store) settle(ctx context.Context, id string, batch []prepared, last, e
 	if tip <= last {
 		return nil, nil
 	}
-	msgs, err := s.getBatch(actx, s.subject(id), last+1, len(batch)+1, 0)
+	msgs, err := s.getBatch(actx, s.subject(id), last+1, len(batch)+1, 0, tip)
 	if err != nil {
 		return nil, nil
 	}

@@ -105,7 +105,7 @@ func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([
 	if from > last {
 		return nil, nil
 	}
-	msgs, err := s.getBatch(ctx, s.subject(id), from, limit, readBytes)
+	msgs, err := s.getBatch(ctx, s.subject(id), from, limit, readBytes, last)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}

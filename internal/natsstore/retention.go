@@ -132,7 +132,7 @@ func (s *Store) firstAfter(ctx context.Context, id string, seq, last uint64) (ui
 	if seq >= last {
 		return 0, nil
 	}
-	msgs, err := s.getBatch(ctx, s.subject(id), seq+1, 1, 0)
+	msgs, err := s.getBatch(ctx, s.subject(id), seq+1, 1, 0, last)
 	if err != nil || len(msgs) == 0 {
 		return 0, err
 	}

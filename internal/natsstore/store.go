@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -140,6 +141,10 @@ type testHooks struct {
 	// lagging makes the buckets' direct gets of the keys it names answer
 	// not found, as a replica that has not caught up does.
 	lagging func(key string) bool
+	// laggingLog cuts the replies of batched direct gets of the log, which
+	// then say nothing more is pending, as a replica that has not caught
+	// up does.
+	laggingLog func(msgs []*nats.Msg) []*nats.Msg
 }
 
 func (h *testHooks) sent(id string, i int) {
@@ -668,39 +673,15 @@ func (kv leaderKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry
 // leaderGet reads the last message of a key's subject through the stream's
 // leader (the message-get API, not the direct get).
 func (s *Store) leaderGet(ctx context.Context, bucket, key string) (jetstream.KeyValueEntry, error) {
-	req, err := json.Marshal(struct {
-		LastFor string `json:"last_by_subj"`
-	}{"$KV." + bucket + "." + key})
-	if err != nil {
-		return nil, err
-	}
-	msg, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
+	m, err := s.leaderMsg(ctx, "KV_"+bucket, leaderRequest{LastFor: "$KV." + bucket + "." + key})
 	if err != nil {
 		return nil, fmt.Errorf("get %s from the leader: %w", key, err)
 	}
-	var resp struct {
-		Message *struct {
-			Sequence uint64    `json:"seq"`
-			Header   []byte    `json:"hdrs"`
-			Data     []byte    `json:"data"`
-			Time     time.Time `json:"time"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
+	if m == nil {
+		return nil, jetstream.ErrKeyNotFound
 	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return nil, fmt.Errorf("get %s from the leader: %w", key, err)
-	}
-	if resp.Error != nil {
-		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
-			return nil, jetstream.ErrKeyNotFound
-		}
-		return nil, fmt.Errorf("get %s from the leader: %w", key, resp.Error)
-	}
-	if resp.Message == nil {
-		return nil, fmt.Errorf("get %s from the leader: an answer with no message", key)
-	}
-	if len(resp.Message.Header) > 0 {
-		h, err := nats.DecodeHeadersMsg(resp.Message.Header)
+	if len(m.Header) > 0 {
+		h, err := nats.DecodeHeadersMsg(m.Header)
 		if err != nil {
 			return nil, fmt.Errorf("get %s from the leader: %w", key, err)
 		}
@@ -708,8 +689,69 @@ func (s *Store) leaderGet(ctx context.Context, bucket, key string) (jetstream.Ke
 			return nil, jetstream.ErrKeyNotFound
 		}
 	}
-	m := resp.Message
 	return leaderEntry{bucket: bucket, key: key, value: m.Data, rev: m.Sequence, created: m.Time}, nil
+}
+
+// leaderNext reads the first message of subject with a sequence >= from
+// from the log's leader, as a direct get reply would carry it; nil if
+// there is none.
+func (s *Store) leaderNext(ctx context.Context, subject string, from uint64) (*nats.Msg, uint64, error) {
+	m, err := s.leaderMsg(ctx, s.streamName, leaderRequest{Seq: from, NextFor: subject})
+	if err != nil || m == nil {
+		return nil, 0, err
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = m.Data
+	msg.Header.Set(jetstream.SequenceHeader, strconv.FormatUint(m.Sequence, 10))
+	msg.Header.Set(jetstream.SubjectHeader, m.Subject)
+	return msg, m.Sequence, nil
+}
+
+// leaderRequest asks the message-get API for the last message of a subject
+// (LastFor) or the first one at or after a sequence (Seq, NextFor).
+type leaderRequest struct {
+	Seq     uint64 `json:"seq,omitempty"`
+	NextFor string `json:"next_by_subj,omitempty"`
+	LastFor string `json:"last_by_subj,omitempty"`
+}
+
+// leaderMessage is a message as the message-get API returns it.
+type leaderMessage struct {
+	Subject  string    `json:"subject"`
+	Sequence uint64    `json:"seq"`
+	Header   []byte    `json:"hdrs"`
+	Data     []byte    `json:"data"`
+	Time     time.Time `json:"time"`
+}
+
+// leaderMsg asks stream's leader for one message (the message-get API,
+// which the leader answers, unlike a direct get); nil when there is none.
+func (s *Store) leaderMsg(ctx context.Context, stream string, req leaderRequest) (*leaderMessage, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Message *leaderMessage      `json:"message"`
+		Error   *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, err
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+			return nil, nil
+		}
+		return nil, resp.Error
+	}
+	if resp.Message == nil {
+		return nil, errors.New("an answer with no message")
+	}
+	return resp.Message, nil
 }
 
 // leaderEntry is a value leaderGet read.

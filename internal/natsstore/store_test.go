@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
@@ -503,5 +504,46 @@ func TestLaggingReplica(t *testing.T) {
 	}
 	if _, err := b.Config(ctx, "c_new"); !sandbox.IsType(err, sandbox.ENotFound) {
 		t.Fatalf("config of a dropped sandbox: %v, want not_found", err)
+	}
+}
+
+// TestLaggingLog: a batched direct get of the log may be answered by a
+// replica that has not stored its newest events yet, and says nothing more
+// is pending. A read the state says should reach further asks the leader
+// for the rest: every page is whole, up to the last event.
+func TestLaggingLog(t *testing.T) {
+	ctx := context.Background()
+	url, _ := natstest.RunServer(t)
+	s := mustOpenChecked(t, url)
+	mustCreate(t, s, "c_1")
+	var want []uint64
+	for i := range 6 {
+		want = append(want, mustAppend(t, s, "c_1", textEvent(fmt.Sprintf("e%d", i)))...)
+	}
+	natsstore.SetLaggingLog(s, func(msgs []*nats.Msg) []*nats.Msg { return msgs[:max(0, len(msgs)-2)] })
+	defer natsstore.SetLaggingLog(s, nil)
+	read := func(after uint64, limit int) []uint64 {
+		t.Helper()
+		recs, err := s.Read(ctx, "c_1", after, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []uint64
+		for _, r := range recs {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	if got := read(0, 100); !slices.Equal(got, want) {
+		t.Fatalf("read from the start = %v, want %v", got, want)
+	}
+	if got := read(0, 3); !slices.Equal(got, want[:3]) {
+		t.Fatalf("a page of 3 = %v, want %v", got, want[:3])
+	}
+	if got := read(want[3], 100); !slices.Equal(got, want[4:]) {
+		t.Fatalf("the last two = %v, want %v", got, want[4:])
+	}
+	if got := read(want[5], 100); len(got) != 0 {
+		t.Fatalf("after the last = %v, want none", got)
 	}
 }

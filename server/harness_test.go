@@ -111,6 +111,24 @@ type testBackend struct {
 	onRead    func(id string, after uint64)
 	afterRead func(id string, recs []sandbox.Record)
 	afterHead func(id string)
+	lagState  func(st *sandbox.State) // changes what State answers, as a node whose view of a shared store lags
+}
+
+func (b *testBackend) State(ctx context.Context, id string) (sandbox.State, error) {
+	st, err := b.Coordinator.State(ctx, id)
+	b.mu.Lock()
+	lag := b.lagState
+	b.mu.Unlock()
+	if err == nil && lag != nil {
+		lag(&st)
+	}
+	return st, err
+}
+
+func (b *testBackend) setLagState(f func(st *sandbox.State)) {
+	b.mu.Lock()
+	b.lagState = f
+	b.mu.Unlock()
 }
 
 func (b *testBackend) StartTurn(ctx context.Context, id, input string) (sandbox.Turn, error) {

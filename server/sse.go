@@ -110,7 +110,22 @@ func (s *Server) openStream(r *http.Request, id string) (*opened, error) {
 		return nil, err
 	}
 	if given {
-		if err := st.Marks().CheckCursor(id, cursor); err != nil {
+		err := st.Marks().CheckCursor(id, cursor)
+		if sandbox.IsType(err, sandbox.ECursorStale) {
+			// Beyond the state this process has: on a store that several
+			// coordinators share, another may have written more than this
+			// one has heard of yet (a client that reconnects to another
+			// node at once). Read looks in the store before it calls a
+			// cursor stale; once it passes, the state has caught up.
+			if _, err := s.b.Read(r.Context(), id, cursor, 1); err != nil {
+				return nil, err
+			}
+			if st, err = s.b.State(r.Context(), id); err != nil {
+				return nil, err
+			}
+			err = st.Marks().CheckCursor(id, cursor)
+		}
+		if err != nil {
 			return nil, err
 		}
 	} else {

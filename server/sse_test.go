@@ -98,6 +98,39 @@ func TestStreamResumeEveryCursor(t *testing.T) {
 	}
 }
 
+// TestStreamResumeAhead: a coordinator of a shared store may not have heard
+// yet of what another wrote, such as the event whose id a client that
+// reconnects to it at once resumes from. A cursor beyond its state is
+// checked with the store's Read before it is called stale; the stream
+// then opens and goes on after it. A cursor the log never reached is
+// still refused.
+func TestStreamResumeAhead(t *testing.T) {
+	h := newHarness(t, options{})
+	c := h.createSandbox()
+	ids := h.appendMessages(c.ID, 3, 10)
+	var lagged atomic.Int64
+	h.be.setLagState(func(st *sandbox.State) {
+		if lagged.Add(1) == 1 {
+			st.Sandbox.LastEventID = sandbox.Seq(ids[0]) // the first answer is behind
+		}
+	})
+	s := h.openStream(c.ID, "", map[string]string{"Last-Event-ID": strconv.FormatUint(ids[2], 10)})
+	s.snapshot()
+	live := h.appendMessages(c.ID, 1, 10)
+	s.expectIDs(live)
+	s.close()
+
+	h.be.setLagState(nil)
+	_, resp := h.tryStream(c.ID, "since="+sandbox.FormatID(live[0]+10), nil)
+	if resp == nil {
+		t.Fatal("a cursor the log never reached opened a stream")
+	}
+	defer resp.Body.Close()
+	r := response{status: resp.StatusCode, header: resp.Header}
+	r.body, _ = readAll(resp)
+	r.fails(t, http.StatusGone, sandbox.ECursorStale)
+}
+
 // TestStreamSharedTail: streams of one sandbox at its tail do not read the
 // store each; the tail's reader reads the new events of a commit once, for
 // all of them. A stream that opens far behind reads the store until it

@@ -127,7 +127,9 @@
 // what this process wrote itself, whichever is newer. State reads the
 // bucket unless this process holds the latest revision it has seen; a
 // cursor beyond the last id this process knows is checked against the
-// bucket before it is called stale.
+// bucket's leader before Read calls it stale, and the state read there is
+// kept, so a stream opened with that cursor right after finds a state as
+// new as it (the server's stream asks Read for such a cursor).
 //
 // Reads are direct gets, which any replica of a replicated stream may
 // answer, and one that has not caught up yet lacks what was written a

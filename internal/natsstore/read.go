@@ -91,8 +91,8 @@ func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([
 	marks := s.marks(e)
 	if after > uint64(marks.LastEventID) {
 		// The cursor may come from a process this one has not heard from
-		// yet; ask the bucket before calling it stale.
-		if e, _, err = s.fetch(ctx, id); err != nil {
+		// yet; ask the bucket's leader before calling it stale.
+		if e, _, err = s.fetchLatest(ctx, id); err != nil {
 			return nil, err
 		}
 		marks = s.marks(e)

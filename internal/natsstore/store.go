@@ -494,9 +494,23 @@ type stored struct {
 
 // fetch reads the state of sandbox id from the bucket and records it.
 func (s *Store) fetch(ctx context.Context, id string) (*entry, stored, error) {
+	return s.fetchFrom(ctx, id, s.kv.Get)
+}
+
+// fetchLatest is fetch from the bucket's leader, which has every state the
+// bucket acknowledged, where a replica that answers a direct get may be
+// behind: for a cursor beyond what this process knows, which comes from
+// something another process wrote.
+func (s *Store) fetchLatest(ctx context.Context, id string) (*entry, stored, error) {
+	return s.fetchFrom(ctx, id, func(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+		return s.leaderGet(ctx, s.kv.Bucket(), key)
+	})
+}
+
+func (s *Store) fetchFrom(ctx context.Context, id string, get func(context.Context, string) (jetstream.KeyValueEntry, error)) (*entry, stored, error) {
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	kve, err := s.kv.Get(ctx, stateKey(id))
+	kve, err := get(ctx, stateKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		s.mu.Lock()
 		e := s.sandboxes[id]

@@ -114,10 +114,24 @@ func TestTwoProcesses(t *testing.T) {
 	})
 	t.Run("CursorFromOther", func(t *testing.T) {
 		// A client that read a's tail reconnects to b before b's watch has
-		// caught up: its cursor is not stale.
+		// caught up: its cursor is not stale. b's watch is held back, so
+		// b has not heard of the append; the Read looks in the bucket,
+		// and b's state is then as new as the cursor (a stream opened on
+		// b checks the cursor against that state).
+		release := make(chan struct{})
+		natsstore.SetWatchHook(b, func(string) { <-release })
+		defer natsstore.SetWatchHook(b, nil)
+		defer close(release)
 		ids := mustAppend(t, a, "c_1", textEvent("abc"))
 		if _, err := b.Read(ctx, "c_1", ids[0], 10); err != nil {
 			t.Fatalf("Read on the other process at the newest cursor: %v", err)
+		}
+		st, err := b.State(ctx, "c_1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := uint64(st.Sandbox.LastEventID); got < ids[0] {
+			t.Fatalf("the other process's state after the Read is at %d, want %d", got, ids[0])
 		}
 	})
 	t.Run("WritersTakeTurns", func(t *testing.T) {

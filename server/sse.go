@@ -357,28 +357,27 @@ const batchBufferSize = 32 << 10
 // connection writes them into its chunk, which is sent whenever it holds
 // batchBufferSize bytes; the others go through a batch buffer.
 func (c *sseConn) batch(recs []sandbox.Record) error {
-	var err error
-	if hj, ok := c.w.(*hijacked); ok {
-		for _, rec := range recs {
-			if c.scratch, err = writeFrame(hj, c.scratch, rec.ID, string(rec.Type), rec.JSON); err != nil {
-				return writeError{err}
-			}
-		}
-		return c.flush()
+	w := c.w
+	var bw *bufio.Writer
+	if _, taken := c.w.(*hijacked); !taken {
+		bw = batchBuffers.Get().(*bufio.Writer)
+		bw.Reset(c.w)
+		defer func() {
+			bw.Reset(nil)
+			batchBuffers.Put(bw)
+		}()
+		w = bw
 	}
-	bw := batchBuffers.Get().(*bufio.Writer)
-	bw.Reset(c.w)
-	defer func() {
-		bw.Reset(nil)
-		batchBuffers.Put(bw)
-	}()
+	var err error
 	for _, rec := range recs {
-		if c.scratch, err = writeFrame(bw, c.scratch, rec.ID, string(rec.Type), rec.JSON); err != nil {
+		if c.scratch, err = writeFrame(w, c.scratch, rec.ID, string(rec.Type), rec.JSON); err != nil {
 			return writeError{err}
 		}
 	}
-	if err := bw.Flush(); err != nil {
-		return writeError{err}
+	if bw != nil {
+		if err := bw.Flush(); err != nil {
+			return writeError{err}
+		}
 	}
 	return c.flush()
 }

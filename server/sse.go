@@ -35,30 +35,28 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 	if err != nil {
 		return err
 	}
-	ctx := r.Context()
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 
+	// The stream ends when the client leaves or the server shuts down: one
+	// context for both, so that a waiting stream selects on three
+	// channels, not four.
+	ctx, stop := context.WithCancel(r.Context())
+	defer stop()
+	defer context.AfterFunc(s.ctx, stop)()
 	c := &sseConn{idle: s.cfg.Keepalive, ping: time.NewTimer(s.cfg.Keepalive), flushed: time.Now()}
 	defer c.ping.Stop()
-	if hj, hctx, cancel := s.takeConn(ctx, w, r); hj != nil {
+	if hj := s.takeConn(w, r, stop); hj != nil {
 		defer s.taken.Done()
-		defer cancel()
 		defer hj.close()
-		ctx, c.w, c.flusher = hctx, hj, hj.flush
+		c.w, c.flusher = hj, hj.flush
 	} else {
 		w.WriteHeader(http.StatusOK)
 		c.w, c.flusher = w, http.NewResponseController(w).Flush
 	}
-	// The stream ends when the client leaves or the server shuts down: one
-	// context for both, so that a waiting stream selects on three
-	// channels, not four.
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	defer context.AfterFunc(s.ctx, stop)()
 	s.cfg.Observer.StreamOpened(o.given)
 	defer s.cfg.Observer.StreamClosed()
 	// Once the headers are out, failures can only end the stream: the

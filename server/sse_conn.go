@@ -48,11 +48,11 @@ var chunkBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); retu
 // hijack takes the connection of an HTTP/1.1 response, after its headers
 // are set and before anything is written, with the status line and
 // headers ready to go with the first flush. It returns nil where that
-// cannot be done; the response is then untouched. ctx is the request's,
-// and the returned context ends when the client closes the connection.
-func (s *Server) hijack(ctx context.Context, w http.ResponseWriter, r *http.Request) (*hijacked, context.Context, context.CancelFunc) {
+// cannot be done; the response is then untouched. left is called when the
+// client closes the connection (it ends the stream).
+func (s *Server) hijack(w http.ResponseWriter, r *http.Request, left func()) *hijacked {
 	if r.ProtoMajor != 1 || r.ProtoMinor < 1 {
-		return nil, nil, nil
+		return nil
 	}
 	// The head is the response's headers and the three net/http would have
 	// added, written before the hijack and sent with the first flush.
@@ -62,12 +62,12 @@ func (s *Server) hijack(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	h.Set("Connection", "close")
 	head := headerBuffer("HTTP/1.1 200 OK\r\n")
 	if err := h.Write(&head); err != nil {
-		return nil, nil, nil
+		return nil
 	}
 	head = append(head, "\r\n"...)
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		return nil, nil, nil
+		return nil
 	}
 	hj := &hijacked{conn: conn, head: head, deadline: writeDeadline{timeout: s.cfg.WriteTimeout}}
 	if rw, ok := w.(*responseWriter); ok {
@@ -75,25 +75,24 @@ func (s *Server) hijack(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		hj.bytes = &rw.bytes
 	}
 	_ = conn.SetDeadline(time.Time{})
-	ctx, cancel := context.WithCancel(ctx)
-	go watchClose(conn, brw.Reader, cancel)
-	return hj, ctx, cancel
+	go watchClose(conn, brw.Reader, left)
+	return hj
 }
 
 // takeConn hijacks the stream's connection (hijack) unless the server is
 // shutting down; a stream that took it must call s.taken.Done when it
 // ends. Shutdown waits for those, since http.Server.Shutdown does not.
-func (s *Server) takeConn(ctx context.Context, w http.ResponseWriter, r *http.Request) (*hijacked, context.Context, context.CancelFunc) {
+func (s *Server) takeConn(w http.ResponseWriter, r *http.Request, left func()) *hijacked {
 	s.takenMu.Lock()
 	defer s.takenMu.Unlock()
 	if s.ctx.Err() != nil {
-		return nil, nil, nil
+		return nil
 	}
-	hj, hctx, cancel := s.hijack(ctx, w, r)
+	hj := s.hijack(w, r, left)
 	if hj != nil {
 		s.taken.Add(1)
 	}
-	return hj, hctx, cancel
+	return hj
 }
 
 // waitTaken waits until every stream that took its connection has ended,
@@ -122,10 +121,11 @@ func (b *headerBuffer) Write(p []byte) (int, error) {
 }
 
 // watchClose reads the connection until the client closes it (or sends
-// what an SSE client never sends, which is discarded) and then cancels
-// the stream. It ends when the stream closes the connection.
-func watchClose(conn net.Conn, br *bufio.Reader, cancel context.CancelFunc) {
-	defer cancel()
+// what an SSE client never sends, which is discarded) and then calls
+// left, which ends the stream. It returns when the stream closes the
+// connection.
+func watchClose(conn net.Conn, br *bufio.Reader, left func()) {
+	defer left()
 	if n := br.Buffered(); n > 0 {
 		_, _ = br.Discard(n)
 	}

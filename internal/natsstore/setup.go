@@ -241,12 +241,13 @@ func (s *Store) openBucket(ctx context.Context, cfg jetstream.KeyValueConfig, ch
 	// The bucket's info comes from the meta leader; its reads are answered
 	// only once its own group has a leader. A bucket just made with
 	// replicas said "no responders" to the first read of a lease, so the
-	// bucket counts as open once it answers one: a key no one writes,
-	// which is not found.
-	if _, err := kv.Get(ctx, readyKey); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	// bucket counts as open once it answers one the way every read goes:
+	// a key no one writes, not found by a replica and then by the leader.
+	lkv := leaderKV{KeyValue: kv, s: s}
+	if _, err := lkv.Get(ctx, readyKey); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("key-value bucket %s does not answer reads: %w", cfg.Bucket, err)
 	}
-	return leaderKV{KeyValue: kv, s: s}, nil
+	return lkv, nil
 }
 
 // readyKey is the key openBucket reads to learn that a bucket answers; no

@@ -192,3 +192,26 @@ func TestFormatValue(t *testing.T) {
 		}
 	}
 }
+
+func TestParseStat(t *testing.T) {
+	t.Run("OK", func(t *testing.T) {
+		got, err := parseStat([]byte("cpu  100 2 30 400 50 0 6 7 0 0\ncpu0 50 1 15 200 25 0 3 3 0 0\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Busy: user, nice, system, irq, softirq, steal; not idle, iowait.
+		if want := (cpuTicks{total: 595, busy: 145}); got != want {
+			t.Fatalf("parseStat = %+v, want %+v", got, want)
+		}
+	})
+	t.Run("ErrShortLine", func(t *testing.T) {
+		if _, err := parseStat([]byte("cpu 1 2 3\n")); err == nil {
+			t.Fatal("parseStat of a short line: no error")
+		}
+	})
+	t.Run("ErrNotCPU", func(t *testing.T) {
+		if _, err := parseStat([]byte("intr 1 2 3 4 5 6 7 8 9\n")); err == nil {
+			t.Fatal("parseStat of a line that is not cpu: no error")
+		}
+	})
+}

@@ -465,6 +465,54 @@ func (c *child) cpu() (time.Duration, error) {
 	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }
 
+// cpuTicks is the machine's CPU time from the first line of /proc/stat,
+// in USER_HZ ticks summed over its CPUs: all of it, and the part neither
+// idle nor waiting for I/O.
+type cpuTicks struct{ total, busy int64 }
+
+func machineCPU() (cpuTicks, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTicks{}, err
+	}
+	return parseStat(b)
+}
+
+// parseStat reads the machine's ticks from the contents of /proc/stat.
+func parseStat(b []byte) (cpuTicks, error) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuTicks{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var t cpuTicks
+	for i, v := range f[1:9] { // user nice system idle iowait irq softirq steal
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return cpuTicks{}, fmt.Errorf("/proc/stat: %w", err)
+		}
+		t.total += n
+		if i != 3 && i != 4 {
+			t.busy += n
+		}
+	}
+	return t, nil
+}
+
+// busySince is the share of the machine's CPU time, in percent, that was
+// busy since t0 (a machineCPU reading and its error), or false where
+// /proc/stat cannot be read.
+func busySince(t0 cpuTicks, err0 error) (float64, bool) {
+	t1, err := machineCPU()
+	if err0 != nil || err != nil || t1.total <= t0.total {
+		return 0, false
+	}
+	return 100 * float64(t1.busy-t0.busy) / float64(t1.total-t0.total), true
+}
+
+// busyConditions says what a machine CPU busy figure counts.
+const busyConditions = "; the machine's CPU time over the run that was neither idle nor waiting for I/O (/proc/stat): the server's, the benchmark's own and anything else's"
+
 func readProcMem(pid int) (procMem, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

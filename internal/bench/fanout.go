@@ -111,6 +111,7 @@ func fanoutChild(ctx context.Context, r *runner, rate float64) error {
 		closeAll(subs)
 		return err
 	}
+	machine0, machineErr := machineCPU()
 	end, err := c.load(ctx, subs, created.IDs, rate, d, func(lasts []uint64) []uint64 { return slices.Repeat(lasts, n) })
 	if err != nil {
 		closeAll(subs)
@@ -122,6 +123,7 @@ func fanoutChild(ctx context.Context, r *runner, rate float64) error {
 		closeAll(subs)
 		return err
 	}
+	busy, haveBusy := busySince(machine0, machineErr)
 	after, err := c.do(ctx, childRequest{Op: "mem"})
 	if err != nil {
 		closeAll(subs)
@@ -147,6 +149,9 @@ func fanoutChild(ctx context.Context, r *runner, rate float64) error {
 	if deliveries > 0 {
 		r.add(Figure{Name: "server CPU per delivery" + at, Value: float64(cpu1-cpu0) / float64(time.Microsecond) / float64(deliveries), Unit: "µs",
 			Conditions: fmt.Sprintf("the child server's user and system time over the run (%.1f s of CPU in %.1f s), appends included, over its deliveries", (cpu1 - cpu0).Seconds(), elapsed.Seconds())})
+	}
+	if haveBusy {
+		r.add(Figure{Name: "machine CPU busy" + at, Value: busy, Unit: "%", Conditions: cond + busyConditions})
 	}
 	if w := after.Writes - before.Writes; w > 0 {
 		r.add(Figure{Name: "events per write" + at, Value: float64(after.Delivered-before.Delivered) / float64(w), Unit: "events",

@@ -97,6 +97,12 @@
 // gave an append wait p99 of 51-62 ms at the store against 20-23 ms with
 // the bound, and 14-15 ms with no materialization at all in the run (go
 // test -bench Append/paced ./boltstore, three alternating runs each).
+// Through the server (sparkles bench, latency, server in a child process)
+// chunks of 8 sandboxes could not keep up with that load (15,000-17,800 of
+// its 20,000 events/s) and 16 gave what 32 does; limits four times larger
+// halved the chunks' CPU and lowered the p50 (8.0-19.4 against 13.9-24.6
+// ms) but not the p99 (80.7-110 against 87.0-111 ms, 30 s runs), for four
+// times the memory.
 //
 // Until it is materialized, what a sandbox has only in the WAL is kept in
 // memory (its walTail): the records, which are the newest of its log, and

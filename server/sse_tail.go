@@ -31,17 +31,22 @@ import (
 // from 7.1-7.3 to 6.4-6.5 µs and the p99 from 82-85 to 71-73 ms; with the
 // client in the server's process, from 210-247 to 147-151 ms. At 20
 // events/s nothing moved (p99 28-31 ms). What a delivery costs now is the
-// stream's wake-up and its write, a loopback TCP write that is most of
-// the server's profile. Refreshing a busy tail at most every 20 µs per
-// stream, so that several commits share a view and a write, was tried:
-// the streams already catch up several events per write once a fan-out
-// takes longer than the commits come (3.8 events a write without it, 4.0
-// with it), so it went. Every tail first had its reader: for the
-// product's load, 1,000 sandboxes with one stream each, that was a
-// goroutine more per sandbox and a second wake-up per event. Without it
-// the server's CPU per event stayed the same (sparkles bench, latency,
-// --profile), and the p99 was lower in nine of eleven alternating runs
-// (median 108 against 116 ms, server in a child process).
+// stream's wake-up and its write, a loopback TCP write that is most of the
+// server's profile. Refreshing a busy tail at most every 20 µs per stream,
+// so that several commits share a view and a write, was tried: the streams
+// already catch up several events per write once a fan-out takes longer
+// than the commits come (3.8 events a write without it, 4.0 with it), so
+// it went. So did a reader that, before it read the next view, waited (10
+// or 25 ms at most) until all but a sixty-fourth of the streams it had
+// woken had caught up: at 200 events/s the p99 was about 8 ms lower and
+// the p50 3 ms higher, within the spread of six alternating runs, at the
+// same 3.1-3.5 events per write, since the streams already write about
+// once per round. Every tail first had its reader: for the product's load,
+// 1,000 sandboxes with one stream each, that was a goroutine more per
+// sandbox and a second wake-up per event. Without it the server's CPU per
+// event stayed the same (sparkles bench, latency, --profile), and the p99
+// was lower in nine of eleven alternating runs (median 108 against 116 ms,
+// server in a child process).
 //
 // Events compacted away while in the tail may still be delivered from it:
 // compaction only drops superseded events, and replay from any cursor

@@ -62,9 +62,9 @@ type Config struct {
 	// Interval is the time between passes (default 1m).
 	Interval time.Duration
 	// Batch bounds the deletes of one write transaction (default 200): a
-	// batch rides in the transaction of the appends committed next, and
-	// adds that much work to it. The loop rests between batches twice as
-	// long as the last one took.
+	// batch shares the commit of the appends queued beside it, and adds
+	// that much work to it. The loop rests between batches twice as long
+	// as the last one took.
 	Batch int
 	// DataDir holds sandboxes/<id>, removed when a deleted sandbox is
 	// dropped. Empty leaves directories alone.

@@ -470,6 +470,7 @@ func (c *child) cpu() (time.Duration, error) {
 // idle nor waiting for I/O.
 type cpuTicks struct{ total, busy int64 }
 
+// machineCPU reads the machine's CPU time so far.
 func machineCPU() (cpuTicks, error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {

@@ -82,14 +82,14 @@
 //
 // The committer moves what the WAL holds into the sandboxes' buckets (the
 // records under their ids, meta, state, turns, approvals, the events
-// bucket's sequence and the WAL mark) a chunk at a time: the sandboxes whose
-// WAL entries are oldest, in a transaction of their own, which then deletes
-// the WAL entries that no sandbox needs any more (collected first, then
-// deleted). After each batch that leaves the WAL over its limits (20,000
-// unmaterialized records or 8 MiB, the memory those records may hold), it
-// materializes chunk after chunk until the WAL is back under them; the
-// appends queued meanwhile wait (backpressure). Stats, Check and Close
-// materialize the whole WAL first, and a prune or a compaction
+// bucket's sequence and the WAL mark) a chunk at a time: the sandboxes
+// whose WAL entries are oldest, in a transaction of their own, which then
+// deletes the WAL entries that no sandbox needs any more (collected first,
+// then deleted). After each batch that leaves the WAL over its limits
+// (20,000 unmaterialized records or 8 MiB, the memory those records may
+// hold), it materializes chunk after chunk until the WAL is back under
+// them; the appends queued meanwhile wait (backpressure). Stats, Check and
+// Close materialize the whole WAL first, and a prune or a compaction
 // materializes the sandbox it concerns inside its own transaction. A chunk
 // is bounded (4,096 records, 2 MiB or 32 sandboxes, at least one sandbox)
 // because it rewrites a few pages of every sandbox it touches: under the
@@ -102,7 +102,12 @@
 // its 20,000 events/s) and 16 gave what 32 does; limits four times larger
 // halved the chunks' CPU and lowered the p50 (8.0-19.4 against 13.9-24.6
 // ms) but not the p99 (80.7-110 against 87.0-111 ms, 30 s runs), for four
-// times the memory.
+// times the memory. With both, limits four times larger and chunks of 8
+// sandboxes, the p50 fell (10.1-12.3 against 21.8-31.2 ms, 30 s runs) more
+// than the p99 (82.8-90.2 against 100.7-126.9 ms): the cost is per sandbox
+// written, whatever the chunk, and a chunk committed without its syncs
+// (measured only) gained nothing, since the next commit's sync writes its
+// pages.
 //
 // Until it is materialized, what a sandbox has only in the WAL is kept in
 // memory (its walTail): the records, which are the newest of its log, and
@@ -129,18 +134,22 @@
 // beside appends shares their commit without waiting for it. On two cores
 // neither committer meets the product's 50 ms through the server: in a CPU
 // profile of sparkles bench --scenario latency the committer has a quarter
-// of the samples, the streams and the bench's client the rest. Nor does
-// the materialization hold it back: with none at all in the run, the
-// server's p99 was 92-128 ms against 110-140 ms with it (four alternating
-// runs each, server in a child process); what the p99 waits for is the
-// server's run queue on two busy cores (BENCHMARKS.md, latency). A runtime
-// trace of that load shows the committer in fdatasync for half its wall
-// time, two syncs a commit, and waiting for a processor 8 % of it.
-// Carrying a few sandboxes' materialization in each commit of appends
-// instead of chunks of their own made the commits slower and the p99
-// worse (92, 54 and 83 ms against 59, 61 and 64 ms, alternating runs): a
-// sandbox's materialization costs about the same whatever its records,
-// so more and smaller ones cost more.
+// of the samples, the streams and the bench's client the rest. What holds
+// it back most is the materialization, which runs in the appends' one
+// writer: with none at all in the run (a scratch build that let the WAL
+// grow), the server's p50 was 3.0-18.6 ms against 12.3-31.5 ms with it,
+// and its p99 41.9-91.2 against 71.3-127.9 ms, lower in each of nine
+// alternating pairs (10 s runs, server in a child process). A chunk holds
+// the appends behind it for about 15 ms, and the batch after it is large.
+// A runtime trace of that load shows the committer in fdatasync for half
+// its wall time, two syncs a commit, and waiting for a processor 8 % of
+// it. Carrying a few sandboxes' materialization in each commit of appends
+// instead of chunks of their own made the commits slower and the p99 worse
+// (92, 54 and 83 ms against 59, 61 and 64 ms, alternating runs): a
+// sandbox's materialization costs about the same whatever its records, so
+// more and smaller ones cost more. Taking the materialization out of the
+// appends' way needs a writer of its own, which bbolt, one writer per
+// file, gives only to a WAL in a file of its own.
 //
 // # Visibility
 //

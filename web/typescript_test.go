@@ -197,6 +197,13 @@ func realEventsFixture(t *testing.T) string {
 	call(http.MethodPost, "/v1/sandboxes/"+sb.ID+"/turns", `{"input":"crash"}`)
 	next("sandbox.error")
 	next("turn.completed")
+	// The crash stops the agent in the commit of that turn.completed, and a
+	// stream writes the status after the events of a commit. It is the one
+	// status frame every run has: the agent may be ready before the stream
+	// opens, and then none comes before.
+	if st := next("sandbox.status")["data"].(map[string]any)["status"]; st != "stopped" {
+		t.Fatalf("the status after the crash is %v, want stopped", st)
+	}
 	types := map[string]bool{}
 	for _, f := range frames {
 		var env struct{ Type string }

@@ -500,15 +500,32 @@ func parseStat(b []byte) (cpuTicks, error) {
 	return t, nil
 }
 
-// busySince is the share of the machine's CPU time, in percent, that was
-// busy since t0 (a machineCPU reading and its error), or false where
-// /proc/stat cannot be read.
-func busySince(t0 cpuTicks, err0 error) (float64, bool) {
-	t1, err := machineCPU()
-	if err0 != nil || err != nil || t1.total <= t0.total {
-		return 0, false
+// usage is the CPU time the child and the machine had used at one
+// moment; machineErr says /proc/stat could not be read.
+type usage struct {
+	child      time.Duration
+	machine    cpuTicks
+	machineErr error
+}
+
+func (c *child) usage() (usage, error) {
+	cpu, err := c.cpu()
+	if err != nil {
+		return usage{}, err
 	}
-	return 100 * float64(t1.busy-t0.busy) / float64(t1.total-t0.total), true
+	m, err := machineCPU()
+	return usage{child: cpu, machine: m, machineErr: err}, nil
+}
+
+// since returns the child's CPU time from u0 to u and the share of the
+// machine's CPU time, in percent, that was busy meanwhile, with false
+// where that share is not known.
+func (u usage) since(u0 usage) (cpu time.Duration, busy float64, ok bool) {
+	cpu = u.child - u0.child
+	if u0.machineErr != nil || u.machineErr != nil || u.machine.total <= u0.machine.total {
+		return cpu, 0, false
+	}
+	return cpu, 100 * float64(u.machine.busy-u0.machine.busy) / float64(u.machine.total-u0.machine.total), true
 }
 
 // busyConditions says what a machine CPU busy figure counts.

@@ -106,24 +106,23 @@ func fanoutChild(ctx context.Context, r *runner, rate float64) error {
 		closeAll(subs)
 		return err
 	}
-	cpu0, err := c.cpu()
+	u0, err := c.usage()
 	if err != nil {
 		closeAll(subs)
 		return err
 	}
-	machine0, machineErr := machineCPU()
 	end, err := c.load(ctx, subs, created.IDs, rate, d, func(lasts []uint64) []uint64 { return slices.Repeat(lasts, n) })
 	if err != nil {
 		closeAll(subs)
 		return err
 	}
 	elapsed := time.Since(start)
-	cpu1, err := c.cpu()
+	u1, err := c.usage()
 	if err != nil {
 		closeAll(subs)
 		return err
 	}
-	busy, haveBusy := busySince(machine0, machineErr)
+	cpu, busy, haveBusy := u1.since(u0)
 	after, err := c.do(ctx, childRequest{Op: "mem"})
 	if err != nil {
 		closeAll(subs)
@@ -147,8 +146,8 @@ func fanoutChild(ctx context.Context, r *runner, rate float64) error {
 	r.add(f)
 	latencyFigures(r, "fan-out"+at, &h, fanoutTarget(rate), cond)
 	if deliveries > 0 {
-		r.add(Figure{Name: "server CPU per delivery" + at, Value: float64(cpu1-cpu0) / float64(time.Microsecond) / float64(deliveries), Unit: "µs",
-			Conditions: fmt.Sprintf("the child server's user and system time over the run (%.1f s of CPU in %.1f s), appends included, over its deliveries", (cpu1 - cpu0).Seconds(), elapsed.Seconds())})
+		r.add(Figure{Name: "server CPU per delivery" + at, Value: float64(cpu) / float64(time.Microsecond) / float64(deliveries), Unit: "µs",
+			Conditions: fmt.Sprintf("the child server's user and system time over the run (%.1f s of CPU in %.1f s), appends included, over its deliveries", cpu.Seconds(), elapsed.Seconds())})
 	}
 	if haveBusy {
 		r.add(Figure{Name: "machine CPU busy" + at, Value: busy, Unit: "%", Conditions: cond + busyConditions})

@@ -78,24 +78,23 @@ func latencyChild(ctx context.Context, r *runner, sandboxes int, rate float64, d
 		return err
 	}
 	start := time.Now()
-	cpu0, err := c.cpu()
+	u0, err := c.usage()
 	if err != nil {
 		closeAll(subs)
 		return err
 	}
-	machine0, machineErr := machineCPU()
 	end, err := c.load(ctx, subs, created.IDs, rate, d, func(lasts []uint64) []uint64 { return lasts })
 	if err != nil {
 		closeAll(subs)
 		return err
 	}
 	elapsed := time.Since(start)
-	cpu1, err := c.cpu()
+	u1, err := c.usage()
 	if err != nil {
 		closeAll(subs)
 		return err
 	}
-	busy, haveBusy := busySince(machine0, machineErr)
+	cpu, busy, haveBusy := u1.since(u0)
 	if err := r.serverProfile(ctx, c); err != nil {
 		closeAll(subs)
 		return err
@@ -112,8 +111,8 @@ func latencyChild(ctx context.Context, r *runner, sandboxes int, rate float64, d
 		sandboxes, rate, rate/float64(sandboxes), d, end.Appended, perSecond(end.Appended, elapsed))
 	latencyFigures(r, what, &h, 50*time.Millisecond, cond)
 	if end.Appended > 0 {
-		r.add(Figure{Name: "server CPU per event " + what, Value: float64(cpu1-cpu0) / float64(time.Microsecond) / float64(end.Appended), Unit: "µs",
-			Conditions: fmt.Sprintf("the child server's user and system time over the run (%.1f s of CPU in %.1f s), its appends and their deliveries, over the events appended", (cpu1 - cpu0).Seconds(), elapsed.Seconds())})
+		r.add(Figure{Name: "server CPU per event " + what, Value: float64(cpu) / float64(time.Microsecond) / float64(end.Appended), Unit: "µs",
+			Conditions: fmt.Sprintf("the child server's user and system time over the run (%.1f s of CPU in %.1f s), its appends and their deliveries, over the events appended", cpu.Seconds(), elapsed.Seconds())})
 	}
 	if haveBusy {
 		r.add(Figure{Name: "machine CPU busy " + what, Value: busy, Unit: "%", Conditions: cond + busyConditions})

@@ -367,3 +367,58 @@ func TestVisibility(t *testing.T) {
 		t.Fatalf("Read(2) after publication = %v, want %v", got, want)
 	}
 }
+
+// TestWaitWakesEveryReader has readers follow sandboxes by Wait and Head
+// alone while writers append one event at a time: the publisher closes the
+// waiters' channels after letting go of the lock, and a reader that takes
+// its channel before looking at the head must never miss the change that
+// follows.
+func TestWaitWakesEveryReader(t *testing.T) {
+	const sandboxes, readers, events = 4, 8, 200
+	s := MustOpenStore(t)
+	ids := make([]string, sandboxes)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("c_%d", i)
+		mustCreate(t, s, ids[i])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make(chan error, sandboxes*(readers+1))
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			for range events {
+				if err := s.Append(ctx, id, textEvents(1), nil); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+		for range readers {
+			wg.Go(func() {
+				for {
+					wait := s.Wait(id)
+					head, err := s.Head(id)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if head.LastEventID == events {
+						return
+					}
+					select {
+					case <-wait:
+					case <-ctx.Done():
+						errs <- fmt.Errorf("%s: a reader at event %d of %d was never woken", id, head.LastEventID, events)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}

@@ -195,12 +195,24 @@ func (s *Store) observe(t *txn, took time.Duration) {
 }
 
 // publish makes a committed transaction visible: resources, states, recent
-// records and watermarks change together under one lock, then waiters wake.
+// records and watermarks change together under one lock, then, once it is
+// let go, waiters wake.
 // It also moves the WAL's bookkeeping: a sandbox written through the WAL
 // grows its tail, one whose buckets were brought up to date loses it.
 func (s *Store) publish(t *txn) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	woken := make([]chan struct{}, 0, len(t.order))
+	wake := func(e *entry) {
+		if c := e.take(); c != nil {
+			woken = append(woken, c)
+		}
+	}
+	defer func() {
+		s.mu.Unlock()
+		for _, c := range woken {
+			close(c)
+		}
+	}()
 	s.walLen += t.walPut - t.walDeleted
 	if t.walEmptied {
 		s.walLen = t.walPut
@@ -210,7 +222,7 @@ func (s *Store) publish(t *txn) {
 		if p.dropped {
 			if e != nil {
 				s.dropTail(e, p.id)
-				e.wake()
+				wake(e)
 				delete(s.sandboxes, p.id)
 			}
 			continue
@@ -218,7 +230,7 @@ func (s *Store) publish(t *txn) {
 		if p.created || e == nil {
 			if e != nil {
 				s.dropTail(e, p.id)
-				e.wake()
+				wake(e)
 			}
 			e = &entry{ring: ring{from: p.base + 1}}
 			s.sandboxes[p.id] = e
@@ -245,7 +257,7 @@ func (s *Store) publish(t *txn) {
 		if len(p.compacted) > 0 {
 			e.ring.remove(func(id uint64) bool { _, ok := p.compacted[id]; return ok })
 		}
-		e.wake()
+		wake(e)
 	}
 }
 

@@ -25,14 +25,14 @@ var closedChan = func() chan struct{} {
 // time, and its published state when withState is set. The returned state
 // was taken under the lock together with the entry.
 func (s *Store) loaded(id string, withState bool) (*entry, *sandbox.State, error) {
-	s.mu.Lock()
+	s.mu.RLock()
 	e := s.sandboxes[id]
 	if e != nil && (!withState || e.state != nil) {
 		st := e.state
-		s.mu.Unlock()
+		s.mu.RUnlock()
 		return e, st, nil
 	}
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	if id == "" {
 		return nil, nil, notFound(id)
 	}
@@ -147,18 +147,18 @@ func (s *Store) locate(id string, after uint64, limit int) (located, error) {
 	if limit < 1 {
 		return located{}, sandbox.Errorf(sandbox.EInvalidRequest, "read %s: limit must be at least 1, got %d", id, limit)
 	}
-	s.mu.Lock()
+	s.mu.RLock()
 	e := s.sandboxes[id]
 	if e == nil {
-		s.mu.Unlock()
+		s.mu.RUnlock()
 		// Not in memory yet: loaded reads it from the file.
 		var err error
 		if e, _, err = s.loaded(id, false); err != nil {
 			return located{}, err
 		}
-		s.mu.Lock()
+		s.mu.RLock()
 	}
-	defer s.mu.Unlock()
+	defer s.mu.RUnlock()
 	marks := e.sb.Marks()
 	if err := marks.CheckCursor(id, after); err != nil {
 		return located{}, err
@@ -256,19 +256,19 @@ func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int
 
 // Head returns the published tip of the log and the sandbox's status.
 func (s *Store) Head(id string) (sandbox.Head, error) {
-	s.mu.Lock()
+	s.mu.RLock()
 	if e := s.sandboxes[id]; e != nil {
 		h := sandbox.HeadOf(e.sb)
-		s.mu.Unlock()
+		s.mu.RUnlock()
 		return h, nil
 	}
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	e, _, err := s.loaded(id, false)
 	if err != nil {
 		return sandbox.Head{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	return sandbox.HeadOf(e.sb), nil
 }
 
@@ -276,19 +276,19 @@ func (s *Store) Head(id string) (sandbox.Head, error) {
 // For a sandbox that does not exist (or no longer does) the channel is
 // already closed.
 func (s *Store) Wait(id string) <-chan struct{} {
-	s.mu.Lock()
+	s.mu.RLock()
 	if e := s.sandboxes[id]; e != nil {
-		defer s.mu.Unlock()
+		defer s.mu.RUnlock()
 		return e.waitChan()
 	}
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	// Not in memory yet: loaded reads it from the file.
 	e, _, err := s.loaded(id, false)
 	if err != nil {
 		return closedChan
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	if s.sandboxes[id] != e {
 		return closedChan // dropped since loaded
 	}
@@ -310,8 +310,8 @@ func (s *Store) Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	return e.sb.Clone(), nil
 }
 
@@ -351,8 +351,8 @@ func (s *Store) Sandboxes(ctx context.Context, after string, limit int) ([]sandb
 	}
 	// A sandbox in memory may have a commit in flight that the transaction
 	// already saw; its published values are the ones a reader may act on.
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	for i := range list {
 		if e := s.sandboxes[list[i].ID]; e != nil {
 			list[i] = e.sb.Clone()
@@ -377,15 +377,15 @@ func (s *Store) Config(ctx context.Context, id string) ([]byte, error) {
 
 // Turn returns a turn of a sandbox by id.
 func (s *Store) Turn(ctx context.Context, sandboxID, turnID string) (sandbox.Turn, error) {
-	s.mu.Lock()
+	s.mu.RLock()
 	if e := s.sandboxes[sandboxID]; e != nil && e.wal != nil {
 		if t := e.wal.turns[turnID]; t != nil {
 			c := t.Clone()
-			s.mu.Unlock()
+			s.mu.RUnlock()
 			return *c, nil
 		}
 	}
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	var t sandbox.Turn
 	err := s.resource(sandboxID, bucketTurns, turnID, "turn", &t)
 	return t, err
@@ -393,16 +393,16 @@ func (s *Store) Turn(ctx context.Context, sandboxID, turnID string) (sandbox.Tur
 
 // Approval returns an approval of a sandbox by id.
 func (s *Store) Approval(ctx context.Context, sandboxID, approvalID string) (sandbox.Approval, error) {
-	s.mu.Lock()
+	s.mu.RLock()
 	if e := s.sandboxes[sandboxID]; e != nil && e.wal != nil {
 		if a := e.wal.approvals[approvalID]; a != nil {
 			c := *a
 			c.Decision, c.OptionID = sandbox.ClonePtr(a.Decision), sandbox.ClonePtr(a.OptionID)
-			s.mu.Unlock()
+			s.mu.RUnlock()
 			return c, nil
 		}
 	}
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	var a sandbox.Approval
 	err := s.resource(sandboxID, bucketApprovals, approvalID, "approval", &a)
 	return a, err

@@ -137,8 +137,8 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	st.FreePages, st.PendingPages = dbs.FreePageN, dbs.PendingPageN
 	// The transaction may have seen a commit that is not yet published;
 	// a sandbox in memory answers with its published values.
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	for i := range st.Sandboxes {
 		ss := &st.Sandboxes[i]
 		if e := s.sandboxes[ss.ID]; e != nil {

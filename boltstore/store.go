@@ -109,7 +109,10 @@ type Store struct {
 	// load never sees a commit before it is published.
 	commitMu sync.Mutex
 
-	mu        sync.Mutex
+	// mu guards the published side: readers (Head, Wait, Read's memory,
+	// the published values) share it, and only publication, loading a
+	// sandbox and the WAL's bookkeeping take it alone.
+	mu        sync.RWMutex
 	sandboxes map[string]*entry // the sandboxes loaded so far
 
 	// The WAL's bookkeeping. Only the committer changes it, under mu, so
@@ -172,26 +175,45 @@ type entry struct {
 	sb    sandbox.Sandbox
 	state *sandbox.State // nil until first needed, and after a failed commit
 	ring  ring
-	wait  chan struct{} // made on demand, closed by the next change
+	// wait is the channel the next change closes, made on demand by a
+	// reader under the shared lock (so it is set by compare-and-swap), and
+	// taken by the publisher under the exclusive one.
+	wait atomic.Pointer[chan struct{}]
 	// wal is what only the WAL holds of this sandbox; nil when its buckets
 	// are up to date. While it is set, state is never nil: memory, not the
 	// file, is the sandbox's truth.
 	wal *walTail
 }
 
-// waitChan returns the channel the next wake closes; s.mu must be held.
+// waitChan returns the channel the next wake closes; s.mu must be held,
+// shared or not.
 func (e *entry) waitChan() <-chan struct{} {
-	if e.wait == nil {
-		e.wait = make(chan struct{})
+	for {
+		if c := e.wait.Load(); c != nil {
+			return *c
+		}
+		c := make(chan struct{})
+		if e.wait.CompareAndSwap(nil, &c) {
+			return c
+		}
 	}
-	return e.wait
 }
 
+// wake closes the channel of the waiters, if any; s.mu must be held alone.
 func (e *entry) wake() {
-	if e.wait != nil {
-		close(e.wait)
-		e.wait = nil
+	if c := e.take(); c != nil {
+		close(c)
 	}
+}
+
+// take removes the waiters' channel for the caller to close once it has
+// let go of s.mu, so that the woken readers do not queue on the lock the
+// publisher still holds; s.mu must be held alone.
+func (e *entry) take() chan struct{} {
+	if c := e.wait.Swap(nil); c != nil {
+		return *c
+	}
+	return nil
 }
 
 // request is one caller's write waiting for the committer.

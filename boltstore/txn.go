@@ -287,14 +287,14 @@ func (t *txn) lastIDs() map[string]uint64 {
 // published state: a sandbox with a WAL tail always has its state in
 // memory.
 func (s *Store) published(t *txn, id string) (*entry, *sandbox.State, error) {
-	s.mu.Lock()
+	s.mu.RLock()
 	e := s.sandboxes[id]
 	if e != nil && e.state != nil {
 		st := e.state
-		s.mu.Unlock()
+		s.mu.RUnlock()
 		return e, st, nil
 	}
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	b := t.root.Bucket([]byte(id))
 	if b == nil {
 		return nil, nil, notFound(id)

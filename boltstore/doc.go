@@ -131,31 +131,43 @@
 // the server, 256 writers 37,300-42,500 against 37,900-39,700 events/s and
 // the product's load an append-to-SSE p99 of 141-155 ms against 128-147 ms
 // (three alternating runs each). Neither benchmark prunes; a prune queued
-// beside appends shares their commit without waiting for it. On two cores
-// neither committer meets the product's 50 ms through the server: in a CPU
-// profile of sparkles bench --scenario latency the committer has a quarter
-// of the samples, the streams and the bench's client the rest. What holds
-// it back most is the materialization, which runs in the appends' one
-// writer: with none at all in the run (a scratch build that let the WAL
-// grow), the server's p50 was 3.0-18.6 ms against 12.3-31.5 ms with it,
-// and its p99 41.9-91.2 against 71.3-127.9 ms, lower in each of nine
-// alternating pairs (10 s runs, server in a child process). A chunk holds
-// the appends behind it for about 15 ms, and the batch after it is large.
-// A runtime trace of that load shows the committer in fdatasync for half
-// its wall time, two syncs a commit, and waiting for a processor 8 % of
-// it. Carrying a few sandboxes' materialization in each commit of appends
-// instead of chunks of their own made the commits slower and the p99 worse
-// (92, 54 and 83 ms against 59, 61 and 64 ms, alternating runs): a
-// sandbox's materialization costs about the same whatever its records, so
-// more and smaller ones cost more. Taking the materialization out of the
-// appends' way needs a writer of its own, which bbolt, one writer per
-// file, gives only to a WAL in a file of its own.
+// beside appends shares their commit without waiting for it.
+//
+// On two cores no committer tried meets the product's 50 ms through the
+// server, and the storage's work is not what holds the p99: it moves the
+// p50. Three alternating 10 s runs of each (sparkles bench, latency,
+// server in a child process, 2026-12-01 at bd53358): p50 36.7-41.4 ms and
+// p99 99.6-102.8 ms as the store is; with no materialization in the run (a
+// scratch build that let the WAL grow) p50 22.0-27.0 and p99 99.6-123.7;
+// with neither materialization nor syncs p50 6.2-12.2 and p99 80.7-107,
+// the machine 89-90 % busy against 80-82 %. A scheduler trace of the child
+// shows where the tail goes: each goroutine a commit wakes (its appenders,
+// its streams) waits for a processor 11-29 ms at its p50, about 700 are
+// runnable on average, and the committer waits for one after its syncs
+// (p90 24 ms, 39 % of its time). Over a 10 s run the committer is idle
+// for 0.4 s: commits take 5.8 s and chunks 4.3 s, of which its own CPU is
+// a third. Earlier runs the same day on a faster host put the p99 with no
+// materialization at 41.9-91.2 against 71.3-127.9 ms, lower in each of
+// nine alternating pairs. A chunk holds the appends behind it for about 15
+// ms, and the batch after it is large. Carrying a few sandboxes'
+// materialization in each commit of appends instead of chunks of their own
+// made the commits slower and the p99 worse (92, 54 and 83 ms against 59,
+// 61 and 64 ms, alternating runs): a sandbox's materialization costs about
+// the same whatever its records, so more and smaller ones cost more. A
+// writer of its own for the materialization, which bbolt, one writer per
+// file, gives only to a WAL in a file of its own, would lower the p50; the
+// p99 needs less CPU per event (see BENCHMARKS.md, latency).
 //
 // # Visibility
 //
 // Readers see a write only once it is published: after the transaction has
 // committed and synced, the committer updates the in-memory sandbox (resource,
-// state, recent records, WAL tail, Wait channel) under one lock. Reads from
+// state, recent records, WAL tail, Wait channel) under the store's lock,
+// held alone; readers (Head, Wait, what Read finds in memory, the published
+// resources) share it. The waiters' channels are closed once the lock is
+// let go, so the streams a commit wakes do not queue on it: under the
+// product's load a scheduler trace showed them 160 s in 2 s runnable
+// behind Wait's unlock, when Wait took the lock alone. Reads from
 // the file are bounded by the published last id, because bbolt lets a new
 // read transaction see a meta page whose sync has not finished yet, and a
 // crash in that window would give the same ids to other events.

@@ -110,8 +110,9 @@ type Store struct {
 	commitMu sync.Mutex
 
 	// mu guards the published side: readers (Head, Wait, Read's memory,
-	// the published values) share it, and only publication, loading a
-	// sandbox and the WAL's bookkeeping take it alone.
+	// the published values) share it; publishing a commit, forgetting a
+	// failed one, loading a sandbox, the WAL's count and Close take it
+	// alone.
 	mu        sync.RWMutex
 	sandboxes map[string]*entry // the sandboxes loaded so far
 

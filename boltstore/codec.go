@@ -31,17 +31,6 @@ func idKey(id uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte,
 
 func keyID(k []byte) uint64 { return binary.BigEndian.Uint64(k) }
 
-// encodeRecord builds the stored value of an event and the record readers
-// share; the record's JSON is a slice of the value, so it is built once.
-func encodeRecord(id uint64, ev *sandbox.Event, sandboxID string, data []byte) (value []byte, rec sandbox.Record) {
-	head := 1 + len(ev.Type)
-	value = make([]byte, head, head+len(data)+len(sandboxID)+len(ev.TurnID)+160)
-	value[0] = byte(len(ev.Type))
-	copy(value[1:], ev.Type)
-	value = sandbox.AppendEnvelope(value, id, ev.Type, ev.TS, sandboxID, ev.TurnID, data)
-	return value, sandbox.Record{ID: id, Type: ev.Type, JSON: value[head:]}
-}
-
 // decodeRecord copies a stored value out of bbolt's memory, which is only
 // valid inside the transaction.
 func decodeRecord(k, v []byte) (sandbox.Record, error) {

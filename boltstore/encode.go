@@ -83,7 +83,8 @@ func envelopeAfterID(ev *sandbox.Event, sandboxID string, data []byte) ([]byte, 
 
 // appendValue appends the events bucket value of the write's event i, with
 // the id the committer gave it: the type length, the type, the envelope.
-// The bytes are those encodeRecord builds.
+// The bytes are the layout's (doc.go); encode_test.go checks them against a
+// reference encoder.
 func (w *appendWrite) appendValue(b []byte, i int) []byte {
 	ev := w.events[i]
 	b = append(b, byte(len(ev.Type)))

@@ -170,3 +170,15 @@ func isClosed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// encodeRecord builds the stored value of an event field by field, as the
+// layout in doc.go gives it, and the record a reader gets from it: the
+// reference the committer's appendValue is checked against.
+func encodeRecord(id uint64, ev *sandbox.Event, sandboxID string, data []byte) (value []byte, rec sandbox.Record) {
+	head := 1 + len(ev.Type)
+	value = make([]byte, head, head+len(data)+len(sandboxID)+len(ev.TurnID)+160)
+	value[0] = byte(len(ev.Type))
+	copy(value[1:], ev.Type)
+	value = sandbox.AppendEnvelope(value, id, ev.Type, ev.TS, sandboxID, ev.TurnID, data)
+	return value, sandbox.Record{ID: id, Type: ev.Type, JSON: value[head:]}
+}

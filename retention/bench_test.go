@@ -2,14 +2,12 @@ package retention_test
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -25,7 +23,7 @@ import (
 // for the whole pass (the samples metric says how many there were).
 func BenchmarkAppendDuringPrune(b *testing.B) {
 	const fill, fillBatch = 1_000_000, 20_000
-	s := bolttest.MustOpenAt(b, filepath.Join(b.TempDir(), "sparkles.db"), boltstore.Options{})
+	s := bolttest.MustOpen(b)
 	defer s.Close()
 	mustCreate(b, s, "c_1")
 	for i := 0; i < fill; i += fillBatch {

@@ -4,11 +4,9 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 )
@@ -26,7 +24,7 @@ var corsHeaderNames = []string{
 // newCORSServer is a server without agents whose CORS allow-list is origins.
 func newCORSServer(t *testing.T, origins ...string) (*Server, string) {
 	t.Helper()
-	st := bolttest.MustOpenAt(t, filepath.Join(t.TempDir(), "sparkles.db"), boltstore.Options{})
+	st := bolttest.MustOpen(t)
 	coord, err := coordinator.New(coordinator.Config{Store: st})
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -52,7 +51,7 @@ type options struct {
 
 func newHarness(tb testing.TB, opt options) *harness {
 	tb.Helper()
-	st := bolttest.MustOpenAt(tb, filepath.Join(tb.TempDir(), "sparkles.db"), boltstore.Options{})
+	st := bolttest.MustOpen(tb)
 	coord, err := coordinator.New(coordinator.Config{Store: st})
 	if err != nil {
 		tb.Fatal(err)
@@ -109,7 +108,6 @@ type testBackend struct {
 	mu        sync.Mutex
 	lastInput string
 	onRead    func(id string, after uint64)
-	afterRead func(id string, recs []sandbox.Record)
 	afterHead func(id string)
 	lagState  func(st *sandbox.State) // changes what State answers, as a node whose view of a shared store lags
 }
@@ -174,14 +172,7 @@ func (b *testBackend) Read(ctx context.Context, id string, after uint64, limit i
 	if hook != nil {
 		hook(id, after)
 	}
-	recs, err := b.Coordinator.Read(ctx, id, after, limit)
-	b.mu.Lock()
-	afterHook := b.afterRead
-	b.mu.Unlock()
-	if afterHook != nil {
-		afterHook(id, recs)
-	}
-	return recs, err
+	return b.Coordinator.Read(ctx, id, after, limit)
 }
 
 func (b *testBackend) Head(id string) (sandbox.Head, error) {
@@ -198,12 +189,6 @@ func (b *testBackend) Head(id string) (sandbox.Head, error) {
 func (b *testBackend) setAfterHead(f func(id string)) {
 	b.mu.Lock()
 	b.afterHead = f
-	b.mu.Unlock()
-}
-
-func (b *testBackend) setAfterRead(f func(id string, recs []sandbox.Record)) {
-	b.mu.Lock()
-	b.afterRead = f
 	b.mu.Unlock()
 }
 

@@ -8,8 +8,6 @@ import (
 	"io"
 	"strings"
 	"sync"
-	"testing"
-	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 )
@@ -32,7 +30,6 @@ type recAgent struct {
 	sessions int
 	alive    int
 	maxAlive int
-	changed  chan struct{} // closed and replaced at every change
 }
 
 type recCall struct {
@@ -49,14 +46,12 @@ type recCall struct {
 const replayText = "REPLAYED-HISTORY"
 
 func newRecAgent() *recAgent {
-	return &recAgent{hold: make(chan struct{}), changed: make(chan struct{})}
+	return &recAgent{hold: make(chan struct{})}
 }
 
 func (a *recAgent) note(f func()) {
 	a.mu.Lock()
 	f()
-	close(a.changed)
-	a.changed = make(chan struct{})
 	a.mu.Unlock()
 }
 
@@ -157,25 +152,6 @@ func (a *recAgent) peak() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.maxAlive
-}
-
-// waitRuns waits until at least n runs have started.
-func (a *recAgent) waitRuns(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.After(30 * time.Second)
-	for {
-		a.mu.Lock()
-		got, ch := len(a.runs), a.changed
-		a.mu.Unlock()
-		if got >= n {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("%d runs of the agent, want %d", got, n)
-		}
-	}
 }
 
 // dropCounter is an observer that counts dropped updates by kind.

@@ -131,13 +131,6 @@ func (s *slots) confirmEvict(b *box) bool {
 	return true
 }
 
-// running is how many slots are held.
-func (s *slots) running() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.holders)
-}
-
 // schedule grants free slots to the queue in order, then asks as many idle
 // agents to stop as there are waiting turns not yet covered by a stop under
 // way, the least recently used first. s.mu is held.

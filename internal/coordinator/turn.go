@@ -16,7 +16,9 @@ import (
 // the turn is completed without it and the agent is stopped.
 const cancelGrace = 10 * time.Second
 
-var cancelledOutcome = map[string]any{"outcome": map[string]string{"outcome": "cancelled"}}
+// cancelledOutcome answers a permission request whose turn ended (ACP's
+// "cancelled" outcome).
+var cancelledOutcome = agent.PermissionCancelled()
 
 func (b *box) startTurn(input string) (sandbox.Turn, error) {
 	if b.deleted {
@@ -387,7 +389,7 @@ func agentOutcome(out translate.AgentOutcome) any {
 	if out.Cancelled || out.OptionID == "" {
 		return cancelledOutcome
 	}
-	return map[string]any{"outcome": map[string]string{"outcome": "selected", "optionId": out.OptionID}}
+	return agent.PermissionSelected(out.OptionID)
 }
 
 func (b *box) armApprovals() {

@@ -216,9 +216,6 @@ func (c *Cluster) URL() string {
 	return strings.Join(urls, ",")
 }
 
-// Len is the number of servers.
-func (c *Cluster) Len() int { return len(c.servers) }
-
 // start starts server i with its options.
 func (c *Cluster) start(i int) {
 	c.tb.Helper()

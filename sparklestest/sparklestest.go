@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -24,11 +25,22 @@ import (
 	"github.com/sparkles-dev/sparkles/client"
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/app"
+	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
+
+// A test binary that imports this package is its own agent launcher, as
+// the sparkles binary is: the server starts each confined agent (the
+// default isolation, "on") by running its own executable again with the
+// launcher's arguments, which this answers before any test runs.
+func init() {
+	if confine.IsEntry(os.Args) {
+		confine.Main()
+	}
+}
 
 // DefaultToken is the server token when no WithToken option is given.
 const DefaultToken = "sparklestest-token"

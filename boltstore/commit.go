@@ -221,6 +221,7 @@ func (s *Store) publish(t *txn) {
 		e := s.sandboxes[p.id]
 		if p.dropped {
 			if e != nil {
+				s.cache.forget(e)
 				s.dropTail(e, p.id)
 				wake(e)
 				delete(s.sandboxes, p.id)
@@ -229,6 +230,7 @@ func (s *Store) publish(t *txn) {
 		}
 		if p.created || e == nil {
 			if e != nil {
+				s.cache.forget(e)
 				s.dropTail(e, p.id)
 				wake(e)
 			}
@@ -244,6 +246,7 @@ func (s *Store) publish(t *txn) {
 			continue
 		}
 		e.sb, e.state = p.state.Sandbox, p.state
+		held := e.ring.bytes
 		for _, r := range p.recs {
 			e.ring.push(r.rec, s.cacheSize)
 		}
@@ -257,8 +260,10 @@ func (s *Store) publish(t *txn) {
 		if len(p.compacted) > 0 {
 			e.ring.remove(func(id uint64) bool { _, ok := p.compacted[id]; return ok })
 		}
+		s.cache.written(e, held)
 		wake(e)
 	}
+	s.cache.trim()
 }
 
 // forget drops the cached states a failed transaction touched. Nothing of it

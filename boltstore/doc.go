@@ -116,6 +116,16 @@
 // stitching the two at the first id the bucket lacks; Turn and Approval look
 // in memory before the file.
 //
+// The recent records cache keeps each sandbox's newest records (its ring,
+// up to CacheSize records and 8 MiB) for the streams at its tail, and holds
+// at most CacheBytes (64 MiB) for all sandboxes together: past it, the
+// rings of the sandboxes written least recently are emptied, and reads of
+// what they held go to the file. Without that bound the server that wrote
+// coldstart's data dir (2,000 sandboxes of 1,000 events) held 1,294 MiB of
+// Go heap after it, the whole log; with it, 95 MiB (sparkles bench,
+// coldstart). Under the product's load the bound changed neither the CPU
+// per event nor the p99 beyond the runs' spread.
+//
 // Nothing else is in the committer. Earlier versions pipelined batches of
 // appends (one committing while the next was prepared on top of its
 // states, with creates and drops as barriers that drained the pipeline),

@@ -12,6 +12,12 @@ import (
 // file instead.
 const ringMaxBytes = 8 << 20
 
+// defaultCacheBytes bounds the bytes every ring holds together. Without a
+// bound across sandboxes, a server that had written 1,000 events into each
+// of 2,000 sandboxes held all of them in memory, 1.3 GB of Go heap: a
+// running server's memory grew with its file (see doc.go).
+const defaultCacheBytes = 64 << 20
+
 // ring keeps the most recent records of one sandbox so that streams at the
 // tail read from memory. It holds every retained record with an id >= from,
 // in id order; older records are read from the file. It is a queue over a
@@ -75,4 +81,78 @@ func (r *ring) remove(gone func(id uint64) bool) {
 	}
 	clear(h[n:]) // let the removed bytes go
 	r.buf = r.buf[:r.head+n]
+}
+
+// drop lets every held record go. The ring then holds none and reads of
+// what it held go to the file; it holds records again from the next push.
+func (r *ring) drop() {
+	if h := r.held(); len(h) > 0 {
+		r.from = max(r.from, h[len(h)-1].ID+1)
+	}
+	r.buf, r.head, r.bytes = nil, 0, 0
+}
+
+// cache bounds the bytes the rings of all sandboxes hold together. It keeps
+// the sandboxes whose rings hold records in the order they were last
+// written, and empties the rings of those written least recently first:
+// their streams are the least likely to be at the tail, and a stream that
+// is behind reads the file as it would past its ring's end. The store's
+// lock is held, alone, by every caller.
+type cache struct {
+	maxBytes int
+	bytes    int    // what the rings of the list hold
+	newest   *entry // the list: newest, then each one's older, to oldest
+	oldest   *entry
+}
+
+// written accounts for a write to e's ring, which held held bytes before
+// it, and makes e the newest.
+func (c *cache) written(e *entry, held int) {
+	c.bytes += e.ring.bytes - held
+	c.unlink(e)
+	if e.ring.bytes == 0 {
+		return
+	}
+	e.older = c.newest
+	if c.newest != nil {
+		c.newest.newer = e
+	}
+	c.newest = e
+	if c.oldest == nil {
+		c.oldest = e
+	}
+}
+
+// forget takes e, which is going away, out of the cache.
+func (c *cache) forget(e *entry) {
+	c.bytes -= e.ring.bytes
+	c.unlink(e)
+}
+
+// trim empties the rings written least recently until the rest fit, always
+// keeping the newest.
+func (c *cache) trim() {
+	for c.bytes > c.maxBytes && c.oldest != nil && c.oldest != c.newest {
+		e := c.oldest
+		c.bytes -= e.ring.bytes
+		e.ring.drop()
+		c.unlink(e)
+	}
+}
+
+func (c *cache) unlink(e *entry) {
+	if e.newer == nil && e.older == nil && c.newest != e {
+		return // not in the list
+	}
+	if e.newer != nil {
+		e.newer.older = e.older
+	} else {
+		c.newest = e.older
+	}
+	if e.older != nil {
+		e.older.newer = e.newer
+	} else {
+		c.oldest = e.newer
+	}
+	e.newer, e.older = nil, nil
 }

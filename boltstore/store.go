@@ -30,6 +30,10 @@ type Options struct {
 	// CacheSize is how many recent records of each sandbox are kept in
 	// memory for streams at the tail (default 1024).
 	CacheSize int
+	// CacheBytes bounds the bytes of recent records kept in memory for all
+	// sandboxes together (default 64 MiB): past it, the caches of the
+	// sandboxes written least recently are emptied first.
+	CacheBytes int
 	// MaxBatch bounds the writes committed in one transaction (default 1024).
 	MaxBatch int
 	// Now stamps events appended without a ts (default time.Now).
@@ -83,6 +87,7 @@ type Store struct {
 	log       *slog.Logger
 	now       func() time.Time
 	cacheSize int
+	cache     cache // every sandbox's ring together; under mu
 	maxBatch  int
 	limits    walLimits
 	observer  Observer // nil observes nothing
@@ -176,6 +181,10 @@ type entry struct {
 	sb    sandbox.Sandbox
 	state *sandbox.State // nil until first needed, and after a failed commit
 	ring  ring
+	// newer and older link the sandboxes whose rings hold records, in the
+	// order they were last written (cache); both nil for one that holds
+	// none.
+	newer, older *entry
 	// wait is the channel the next change closes, made on demand by a
 	// reader under the shared lock (so it is set by compare-and-swap), and
 	// taken by the publisher under the exclusive one.
@@ -267,6 +276,9 @@ func open(path string, opts Options, limits walLimits, test *testHooks) (*Store,
 	if opts.CacheSize <= 0 {
 		opts.CacheSize = 1024
 	}
+	if opts.CacheBytes <= 0 {
+		opts.CacheBytes = defaultCacheBytes
+	}
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 1024
 	}
@@ -350,6 +362,7 @@ func open(path string, opts Options, limits walLimits, test *testHooks) (*Store,
 		log:       opts.Logger,
 		now:       opts.Now,
 		cacheSize: opts.CacheSize,
+		cache:     cache{maxBytes: opts.CacheBytes},
 		maxBatch:  opts.MaxBatch,
 		limits:    limits,
 		observer:  opts.Observer,

@@ -190,6 +190,9 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	}
 	s := &Server{tb: tb, cfg: cfg, addr: cfg.addr, Token: cfg.token, DataDir: cfg.dataDir}
 	if err := s.start(); err != nil {
+		if errors.Is(err, app.ErrNotConfinable) {
+			tb.Fatalf("sparklestest: start server: %v. In a test, WithIsolation(\"off\") does that", err)
+		}
 		tb.Fatalf("sparklestest: start server: %v", err)
 	}
 	s.URL = "http://" + s.addr

@@ -51,6 +51,12 @@ var (
 	_ Store = (*natsstore.Store)(nil)
 )
 
+// ErrNotConfinable is the error of a Run that would confine agent
+// processes (isolation on, the default) where they cannot be: the kernel
+// lacks what confinement needs, or the executable does not answer as the
+// launcher (see confine.Main).
+var ErrNotConfinable = errors.New("agents cannot be confined on this machine")
+
 // Main is the running server: the store, the coordinator and the HTTP server,
 // wired as plain fields so tests can build one too.
 type Main struct {
@@ -254,7 +260,7 @@ func (m *Main) openLauncher() error {
 		return fmt.Errorf("%s %s", flag, bad.Msg)
 	}
 	if err != nil {
-		return fmt.Errorf("agents cannot be confined on this machine: %v; pass --isolation=off (SPARKLES_ISOLATION=off) to run them unconfined, with the server user's rights", err)
+		return fmt.Errorf("%w: %v; pass --isolation=off (SPARKLES_ISOLATION=off) to run them unconfined, with the server user's rights", ErrNotConfinable, err)
 	}
 	for _, name := range m.Agents.Names() {
 		a := m.Agents[name]

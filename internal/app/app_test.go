@@ -2,11 +2,16 @@ package app_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/internal/app"
+	"github.com/sparkles-dev/sparkles/internal/confine"
+	"github.com/sparkles-dev/sparkles/internal/registry"
 )
 
 func start(t *testing.T) *app.Main {
@@ -46,5 +51,28 @@ func TestWaitShutdown(t *testing.T) {
 	}
 	if err := m.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+}
+
+// TestMain: this test binary fails as the agent launcher, as one on a
+// machine without user namespaces or Landlock does (TestNotConfinable).
+func TestMain(m *testing.M) {
+	if confine.IsEntry(os.Args) {
+		fmt.Fprintln(os.Stderr, "sparkles launcher: this test binary confines nothing")
+		os.Exit(125)
+	}
+	os.Exit(m.Run())
+}
+
+// TestNotConfinable: a server that cannot confine the agent processes it
+// would start fails Run with ErrNotConfinable, with the launcher's reason
+// and how to run them unconfined.
+func TestNotConfinable(t *testing.T) {
+	m := &app.Main{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Token: "app-token", Logger: slog.New(slog.DiscardHandler),
+		Agents: registry.Registry{"shell": {Command: "/bin/sh"}}}
+	err := m.Run(context.Background())
+	m.Close()
+	if !errors.Is(err, app.ErrNotConfinable) || !strings.Contains(err.Error(), "confines nothing") || !strings.Contains(err.Error(), "--isolation=off") {
+		t.Fatalf("Run: %v, want ErrNotConfinable with the launcher's reason, naming --isolation=off", err)
 	}
 }

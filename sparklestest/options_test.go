@@ -239,8 +239,9 @@ func TestWithBuiltinAgentAndDefault(t *testing.T) {
 	}
 }
 
-// TestWithKeepalive: an idle stream gets a ping at the interval the test
-// sets.
+// TestWithKeepalive: an idle stream gets pings at the interval the test
+// sets: three of them at 20 ms apart arrive long before the stream's 5 s
+// deadline, which the default interval (15 s) would reach with none.
 func TestWithKeepalive(t *testing.T) {
 	ctx := testContext(t)
 	srv := sparklestest.Start(t, sparklestest.WithKeepalive(20*time.Millisecond))
@@ -248,7 +249,9 @@ func TestWithKeepalive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/sandboxes/"+sb.ID+"/events/stream", nil)
+	streamCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(streamCtx, http.MethodGet, srv.URL+"/v1/sandboxes/"+sb.ID+"/events/stream", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,16 +265,17 @@ func TestWithKeepalive(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("stream: %s", resp.Status)
 	}
-	// With the default keepalive (15 s) the test's deadline would end the
-	// read first.
 	lines := bufio.NewScanner(resp.Body)
 	lines.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	pings := 0
 	for lines.Scan() {
 		if lines.Text() == ": ping" {
-			return
+			if pings++; pings == 3 {
+				return
+			}
 		}
 	}
-	t.Fatalf("the stream ended without a ping: %v", lines.Err())
+	t.Fatalf("the stream ended after %d pings of 3: %v", pings, lines.Err())
 }
 
 // TestWithApprovalTimeout: an approval nobody decides resolves at the

@@ -119,6 +119,7 @@ var scenarios = []scenario{
 	{"append", "durable appends/s through coordinator.AppendEvents with 1, 16, 256 concurrent sandboxes", runAppend, 5 * time.Minute},
 	{"latency", "append-to-SSE delivery latency, idle and at 10,000 events/s", runLatency, 5 * time.Minute},
 	{"fanout", "one sandbox, 1,000 SSE subscribers: deliveries/s and latency", runFanout, 5 * time.Minute},
+	{"floor", "latency's and fanout's child-process loads against a bare SSE writer: what the machine takes of their p99", runFloor, 5 * time.Minute},
 	{"idle", "10,000 idle SSE connections: server memory per connection", runIdle, 5 * time.Minute},
 	{"replay", "replay of a 100,000-event log over SSE and JSON pages", runReplay, 10 * time.Minute},
 	{"stall", "a reader that never reads while others stream: server memory growth", runStall, 5 * time.Minute},
@@ -271,7 +272,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Short:   cfg.Short,
 	}
 	rep.Note = fmt.Sprintf("client and server share this machine's %d CPUs (GOMAXPROCS=%d): append, latency, fanout and replay "+
-		"run both in one process; idle, stall, stall-snapshot and the second half of fanout run the server as a child process "+
+		"run both in one process; idle, stall, stall-snapshot and the second half of fanout run the server as a child process, and floor a bare SSE writer "+
 		"(memory read from its /proc status); peer runs Sparkles and Mercure each as a child process",
 		rep.Machine.NumCPU, rep.Machine.GOMAXPROCS)
 	for _, s := range scenarios {

@@ -69,6 +69,9 @@ type childReply struct {
 // coordinator.AppendEvents as the agent runtime would, at the rate the
 // parent asks.
 func RunChild(ctx context.Context, dir string, in io.Reader, out io.Writer) error {
+	if os.Getenv(EnvChildFloor) != "" {
+		return runFloorChild(ctx, in, out)
+	}
 	raiseFileLimit(1 << 20)
 	agents, err := childAgents()
 	if err != nil {

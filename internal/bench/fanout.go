@@ -16,7 +16,7 @@ import (
 // sandbox.
 func runFanout(ctx context.Context, r *runner) error {
 	for _, rate := range pick(r, []float64{20, 200}, []float64{50}) {
-		if err := fanoutChild(ctx, r, rate); err != nil {
+		if err := fanoutChild(ctx, r, realServer, rate); err != nil {
 			return err
 		}
 		if err := fanoutLocal(ctx, r, rate); err != nil {
@@ -84,9 +84,9 @@ func fanoutLocal(ctx context.Context, r *runner, rate float64) error {
 	return nil
 }
 
-func fanoutChild(ctx context.Context, r *runner, rate float64) error {
+func fanoutChild(ctx context.Context, r *runner, srv childServer, rate float64) error {
 	n, d := pick(r, 1000, 20), pick(r, 10*time.Second, 500*time.Millisecond)
-	c, closeServer, err := r.child(ctx)
+	c, closeServer, err := r.child(ctx, srv.env...)
 	if err != nil {
 		return err
 	}
@@ -135,25 +135,25 @@ func fanoutChild(ctx context.Context, r *runner, rate float64) error {
 	if want := end.Appended * int64(n); deliveries != want {
 		return fmt.Errorf("child server: %d deliveries, want %d (%d events to %d subscribers)", deliveries, want, end.Appended, n)
 	}
-	cond := fmt.Sprintf("1 sandbox, %d subscribers, %d events appended one at a time at %.0f/s offered (%.0f deliveries/s offered) for %s, the server in a child process",
-		n, end.Appended, rate, rate*float64(n), d)
+	cond := fmt.Sprintf("1 sandbox, %d subscribers, %d events appended one at a time at %.0f/s offered (%.0f deliveries/s offered) for %s, %s",
+		n, end.Appended, rate, rate*float64(n), d, srv.what)
 	at := fmt.Sprintf(" at %.0f/s", rate)
 	value := perSecond(deliveries, elapsed)
-	f := Figure{Name: "deliveries/s" + at, Value: value, Unit: "deliveries/s", Conditions: cond}
-	if rate >= 200 {
+	f := Figure{Name: srv.prefix + "deliveries/s" + at, Value: value, Unit: "deliveries/s", Conditions: cond}
+	if rate >= 200 && srv.target {
 		f.Target, f.Met = ">= 100,000", atLeast(value, 100000)
 	}
 	r.add(f)
-	latencyFigures(r, "fan-out"+at, &h, fanoutTarget(rate), cond)
+	latencyFigures(r, srv.prefix+"fan-out"+at, &h, srv.targetOf(fanoutTarget(rate)), cond)
 	if deliveries > 0 {
-		r.add(Figure{Name: "server CPU per delivery" + at, Value: float64(cpu) / float64(time.Microsecond) / float64(deliveries), Unit: "µs",
+		r.add(Figure{Name: srv.prefix + "server CPU per delivery" + at, Value: float64(cpu) / float64(time.Microsecond) / float64(deliveries), Unit: "µs",
 			Conditions: fmt.Sprintf("the child server's user and system time over the run (%.1f s of CPU in %.1f s), appends included, over its deliveries", cpu.Seconds(), elapsed.Seconds())})
 	}
 	if haveBusy {
-		r.add(Figure{Name: "machine CPU busy" + at, Value: busy, Unit: "%", Conditions: cond + busyConditions})
+		r.add(Figure{Name: srv.prefix + "machine CPU busy" + at, Value: busy, Unit: "%", Conditions: cond + busyConditions})
 	}
 	if w := after.Writes - before.Writes; w > 0 {
-		r.add(Figure{Name: "events per write" + at, Value: float64(after.Delivered-before.Delivered) / float64(w), Unit: "events",
+		r.add(Figure{Name: srv.prefix + "events per write" + at, Value: float64(after.Delivered-before.Delivered) / float64(w), Unit: "events",
 			Conditions: "deliveries over the writes (one write, one flush) the streams made them in"})
 	}
 	return nil

@@ -58,13 +58,13 @@ func runLatency(ctx context.Context, r *runner) error {
 	// The product's load once more with the server in a child process, so
 	// that the client's 1,000 readers do not share its Go scheduler (they
 	// still share the machine's CPUs).
-	return latencyChild(ctx, r, pick(r, 1000, 20), pick(r, 20000.0, 1000.0), d)
+	return latencyChild(ctx, r, realServer, pick(r, 1000, 20), pick(r, 20000.0, 1000.0), d)
 }
 
 // latencyChild runs the load of sandboxes with a subscriber each, rate
-// events/s in all, against a server in a child process.
-func latencyChild(ctx context.Context, r *runner, sandboxes int, rate float64, d time.Duration) error {
-	c, closeServer, err := r.child(ctx)
+// events/s in all, against srv in a child process.
+func latencyChild(ctx context.Context, r *runner, srv childServer, sandboxes int, rate float64, d time.Duration) error {
+	c, closeServer, err := r.child(ctx, srv.env...)
 	if err != nil {
 		return err
 	}
@@ -106,16 +106,17 @@ func latencyChild(ctx context.Context, r *runner, sandboxes int, rate float64, d
 	if deliveries != end.Appended {
 		return fmt.Errorf("child server: %d deliveries, want %d", deliveries, end.Appended)
 	}
-	what := fmt.Sprintf("at %.0f/s over %d sandboxes, server in a child process", rate, sandboxes)
-	cond := fmt.Sprintf("%d sandboxes, a subscriber each, %.0f events/s offered (%.0f/s each, their ticks spread over the period) for %s, appended inside the child server; %d appended (%.0f/s)",
-		sandboxes, rate, rate/float64(sandboxes), d, end.Appended, perSecond(end.Appended, elapsed))
-	latencyFigures(r, what, &h, 50*time.Millisecond, cond)
+	at := fmt.Sprintf("at %.0f/s over %d sandboxes, server in a child process", rate, sandboxes)
+	what := srv.prefix + at
+	cond := fmt.Sprintf("%d sandboxes, a subscriber each, %.0f events/s offered (%.0f/s each, their ticks spread over the period) for %s, appended inside %s; %d appended (%.0f/s)",
+		sandboxes, rate, rate/float64(sandboxes), d, srv.what, end.Appended, perSecond(end.Appended, elapsed))
+	latencyFigures(r, what, &h, srv.targetOf(50*time.Millisecond), cond)
 	if end.Appended > 0 {
-		r.add(Figure{Name: "server CPU per event " + what, Value: float64(cpu) / float64(time.Microsecond) / float64(end.Appended), Unit: "µs",
+		r.add(Figure{Name: srv.prefix + "server CPU per event " + at, Value: float64(cpu) / float64(time.Microsecond) / float64(end.Appended), Unit: "µs",
 			Conditions: fmt.Sprintf("the child server's user and system time over the run (%.1f s of CPU in %.1f s), its appends and their deliveries, over the events appended", cpu.Seconds(), elapsed.Seconds())})
 	}
 	if haveBusy {
-		r.add(Figure{Name: "machine CPU busy " + what, Value: busy, Unit: "%", Conditions: cond + busyConditions})
+		r.add(Figure{Name: srv.prefix + "machine CPU busy " + at, Value: busy, Unit: "%", Conditions: cond + busyConditions})
 	}
 	return nil
 }

@@ -13,11 +13,11 @@ import (
 func newBenchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
-		Usage: "measure this machine: appends, stream latency, fan-out, idle connections, replay, slow readers, idle agents, cold start, the file's size",
+		Usage: "measure this machine: appends, stream latency, fan-out and its floor, idle connections, replay, slow readers, idle agents, cold start, the file's size",
 		Description: "Starts its own servers on temporary stores, in this process or, where the server's memory is\n" +
 			"measured, in a child process, drives them with a loopback client in this process, runs the\n" +
 			"scenarios one after the other and prints each figure with its conditions and target. Scenarios:\n" +
-			"append, latency, fanout, idle, replay, stall, stall-snapshot, agents, coldstart, size; and, only when named, peer:\n" +
+			"append, latency, fanout, floor, idle, replay, stall, stall-snapshot, agents, coldstart, size; and, only when named, peer:\n" +
 			"Sparkles and Mercure side by side, which needs --peer-mercure. The full run takes a few minutes; --short checks\n" +
 			"that every scenario works in seconds.",
 		Flags: []cli.Flag{

@@ -282,14 +282,34 @@ func startLoader(co *coordinator.Coordinator, ids []string, rate float64, size i
 		return ld
 	}
 	every := time.Duration(float64(time.Second) * float64(len(ids)) / rate)
-	for i, id := range ids {
-		ld.wg.Go(func() {
-			// The sandboxes' ticks are spread over the period, as
-			// independent agents' are, not fired together.
+	tickSpread(ctx, &ld.wg, len(ids), every, func(i int) bool {
+		ev := newEvent(size)
+		if err := co.AppendEvents(ctx, ids[i], ev); err != nil {
+			if ctx.Err() == nil {
+				ld.mu.Lock()
+				ld.err = errors.Join(ld.err, err)
+				ld.mu.Unlock()
+			}
+			return false
+		}
+		ld.lasts[i] = ev.ID
+		ld.appended.Add(1)
+		return true
+	})
+	return ld
+}
+
+// tickSpread calls tick(i) for each of n sandboxes on a goroutine of its
+// own, once per period every, their ticks spread over the period, as
+// independent agents' are, not fired together, until ctx ends or tick
+// returns false.
+func tickSpread(ctx context.Context, wg *sync.WaitGroup, n int, every time.Duration, tick func(i int) bool) {
+	for i := range n {
+		wg.Go(func() {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(every * time.Duration(i) / time.Duration(len(ids))):
+			case <-time.After(every * time.Duration(i) / time.Duration(n)):
 			}
 			t := time.NewTicker(every)
 			defer t.Stop()
@@ -299,21 +319,12 @@ func startLoader(co *coordinator.Coordinator, ids []string, rate float64, size i
 					return
 				case <-t.C:
 				}
-				ev := newEvent(size)
-				if err := co.AppendEvents(ctx, id, ev); err != nil {
-					if ctx.Err() == nil {
-						ld.mu.Lock()
-						ld.err = errors.Join(ld.err, err)
-						ld.mu.Unlock()
-					}
+				if !tick(i) {
 					return
 				}
-				ld.lasts[i] = ev.ID
-				ld.appended.Add(1)
 			}
 		})
 	}
-	return ld
 }
 
 func (ld *loader) stop() (int64, []uint64, error) {

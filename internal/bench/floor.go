@@ -262,32 +262,18 @@ func startFloorLoader(ctx context.Context, ids []string, logs []*floorLog, rate 
 		return ld
 	}
 	every := time.Duration(float64(time.Second) * float64(len(logs)) / rate)
-	for i, fl := range logs {
-		ld.wg.Go(func() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(every * time.Duration(i) / time.Duration(len(logs))):
-			}
-			t := time.NewTicker(every)
-			defer t.Stop()
-			for id := uint64(1); ; id++ { // this goroutine is the log's only writer
-
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				ev := newEvent(size)
-				data, _ := json.Marshal(ev.Data)
-				env := sandbox.AppendEnvelope(nil, id, ev.Type, time.Now(), ids[i], "", data)
-				fr := fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", id, ev.Type, env)
-				fl.append(fr)
-				ld.lasts[i] = id
-				ld.appended.Add(1)
-			}
-		})
-	}
+	tickSpread(ctx, &ld.wg, len(logs), every, func(i int) bool {
+		// This goroutine is the log's only writer: its next id is its
+		// last plus one.
+		id := ld.lasts[i] + 1
+		ev := newEvent(size)
+		data, _ := json.Marshal(ev.Data)
+		env := sandbox.AppendEnvelope(nil, id, ev.Type, time.Now(), ids[i], "", data)
+		logs[i].append(fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", id, ev.Type, env))
+		ld.lasts[i] = id
+		ld.appended.Add(1)
+		return true
+	})
 	return ld
 }
 

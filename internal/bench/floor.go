@@ -29,8 +29,9 @@ const EnvChildFloor = "SPARKLES_BENCH_FLOOR"
 // them. It keeps each sandbox's frames in memory, ready to write; a stream
 // is a goroutine woken by a channel close, which writes what is new in one
 // write; there is no store, no sync, no routing and no encoding on the way
-// out. Whatever a server does, its p99 at these loads is at least this
-// one's, give or take the runs' spread.
+// out. A server that stores, syncs and routes each event before it writes
+// it does all of this and more, so its p99 at these loads is at least
+// about this one's, give or take the runs' spread.
 func runFloor(ctx context.Context, r *runner) error {
 	d := pick(r, 10*time.Second, 500*time.Millisecond)
 	if err := latencyChild(ctx, r, floorServer, pick(r, 1000, 20), pick(r, 20000.0, 1000.0), d); err != nil {

@@ -83,10 +83,6 @@ func RunChild(ctx context.Context, dir string, in io.Reader, out io.Writer) erro
 	}
 	defer l.close()
 	defer cpuProfile("")
-	enc := json.NewEncoder(out)
-	if err := enc.Encode(childReply{Addr: l.addr, Token: l.token}); err != nil {
-		return err
-	}
 	var ld *loader
 	floods := map[string]string{} // sandbox id -> its flooding turn
 	defer func() {
@@ -94,14 +90,8 @@ func RunChild(ctx context.Context, dir string, in io.Reader, out io.Writer) erro
 			ld.stop()
 		}
 	}()
-	sc := bufio.NewScanner(in)
-	sc.Buffer(nil, 16<<20)
-	for sc.Scan() {
-		var req childRequest
-		var rep childReply
-		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
-			return fmt.Errorf("bench child: bad request %q: %w", sc.Bytes(), err)
-		}
+	return answer(in, out, childReply{Addr: l.addr, Token: l.token}, func(req childRequest, rep *childReply) error {
+		var err error
 		switch req.Op {
 		case "create":
 			if rep.IDs, err = createSandboxes(ctx, l.coord, req.N); err == nil && req.Fill > 0 {
@@ -163,8 +153,27 @@ func RunChild(ctx context.Context, dir string, in io.Reader, out io.Writer) erro
 			err = fmt.Errorf("unknown op %q", req.Op)
 		}
 		rep.Streams, rep.Delivered, rep.Writes = l.streams.open.Load(), l.streams.delivered.Load(), l.streams.writes.Load()
-		if err != nil {
-			rep.Err, err = err.Error(), nil
+		return err
+	})
+}
+
+// answer writes first, then answers each request read from in with handle's
+// reply on out, an error of handle's in the reply's Err, until in closes.
+func answer(in io.Reader, out io.Writer, first childReply, handle func(req childRequest, rep *childReply) error) error {
+	enc := json.NewEncoder(out)
+	if err := enc.Encode(first); err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		var req childRequest
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			return fmt.Errorf("bench child: bad request %q: %w", sc.Bytes(), err)
+		}
+		var rep childReply
+		if err := handle(req, &rep); err != nil {
+			rep.Err = err.Error()
 		}
 		if err := enc.Encode(rep); err != nil {
 			return err

@@ -118,23 +118,14 @@ func runFloorChild(ctx context.Context, in io.Reader, out io.Writer) error {
 	f := &floor{logs: map[string]*floorLog{}}
 	go f.accept(ln)
 	defer cpuProfile("")
-	enc := json.NewEncoder(out)
-	if err := enc.Encode(childReply{Addr: ln.Addr().String()}); err != nil {
-		return err
-	}
 	var ld *floorLoader
 	defer func() {
 		if ld != nil {
 			ld.stop()
 		}
 	}()
-	sc := bufio.NewScanner(in)
-	for sc.Scan() {
-		var req childRequest
-		var rep childReply
-		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
-			return fmt.Errorf("bench floor: bad request %q: %w", sc.Bytes(), err)
-		}
+	return answer(in, out, childReply{Addr: ln.Addr().String()}, func(req childRequest, rep *childReply) error {
+		var err error
 		switch req.Op {
 		case "create":
 			f.mu.Lock()
@@ -173,14 +164,8 @@ func runFloorChild(ctx context.Context, in io.Reader, out io.Writer) error {
 			err = fmt.Errorf("the floor has no op %q", req.Op)
 		}
 		rep.Streams, rep.Delivered, rep.Writes = f.streams.Load(), f.delivered.Load(), f.writes.Load()
-		if err != nil {
-			rep.Err, err = err.Error(), nil
-		}
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	}
-	return sc.Err()
+		return err
+	})
 }
 
 func (f *floor) accept(ln net.Listener) {

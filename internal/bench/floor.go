@@ -198,23 +198,18 @@ func (f *floor) stream(conn net.Conn) {
 	f.streams.Add(1)
 	defer f.streams.Add(-1)
 	buf := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n")
-	buf = appendChunk(buf, []byte("event: snapshot\ndata: {}\n\n"))
+	buf = appendChunk(buf, [][]byte{[]byte("event: snapshot\ndata: {}\n\n")})
 	if _, err := conn.Write(buf); err != nil {
 		return
 	}
 	var cursor uint64
-	var body []byte
 	for {
 		frames, wake := fl.after(cursor)
 		if len(frames) == 0 {
 			<-wake
 			continue
 		}
-		body = body[:0]
-		for _, fr := range frames {
-			body = append(body, fr...)
-		}
-		buf = appendChunk(buf[:0], body)
+		buf = appendChunk(buf[:0], frames)
 		if _, err := conn.Write(buf); err != nil {
 			return
 		}
@@ -224,10 +219,17 @@ func (f *floor) stream(conn net.Conn) {
 	}
 }
 
-func appendChunk(b, data []byte) []byte {
-	b = strconv.AppendUint(b, uint64(len(data)), 16)
+// appendChunk appends frames as one HTTP/1.1 chunk.
+func appendChunk(b []byte, frames [][]byte) []byte {
+	n := 0
+	for _, fr := range frames {
+		n += len(fr)
+	}
+	b = strconv.AppendUint(b, uint64(n), 16)
 	b = append(b, "\r\n"...)
-	b = append(b, data...)
+	for _, fr := range frames {
+		b = append(b, fr...)
+	}
 	return append(b, "\r\n"...)
 }
 

@@ -80,6 +80,20 @@ func runTurn(t *testing.T, ctx context.Context, c *client.Client, id, input stri
 	}
 }
 
+// nextOfType reads st up to its next event of type typ.
+func nextOfType(t *testing.T, ctx context.Context, st *client.Stream, typ sandbox.Type) sandbox.Event {
+	t.Helper()
+	for {
+		m, err := st.Next(ctx)
+		if err != nil {
+			t.Fatalf("stream: %v, before an event of type %s", err, typ)
+		}
+		if m.Kind == client.KindEvent && m.Event.Type == typ {
+			return m.Event
+		}
+	}
+}
+
 func turnStatus(evs []sandbox.Event) string {
 	if c := find[sandbox.TurnCompleted](evs); c != nil {
 		return c.Status
@@ -195,15 +209,7 @@ func TestWithRegisteredAgent(t *testing.T) {
 	}
 	st := srv.Client.Stream(ctx, bad.ID, client.StreamOptions{Since: client.Since(0)})
 	defer st.Close()
-	for {
-		m, err := st.Next(ctx)
-		if err != nil {
-			t.Fatalf("stream: %v, want the boot to fail", err)
-		}
-		if m.Kind == client.KindEvent && m.Event.Type == sandbox.TypeSandboxError {
-			break
-		}
-	}
+	nextOfType(t, ctx, st, sandbox.TypeSandboxError)
 }
 
 // TestWithBuiltinAgentAndDefault: an in-process agent runs with the

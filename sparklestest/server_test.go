@@ -54,15 +54,7 @@ func TestSameServer(t *testing.T) {
 	defer st.Close()
 	srv.AppendEvents(sb.ID, &sandbox.Event{Type: sandbox.TypeMessageUpdated, Data: &sandbox.MessageUpdated{
 		MessageID: "msg_1", PartID: "part_1", Kind: sandbox.PartText, Text: "hello"}})
-	for {
-		m, err := st.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Event.Type == sandbox.TypeMessageUpdated {
-			break
-		}
-	}
+	nextOfType(t, ctx, st, sandbox.TypeMessageUpdated)
 	code, body := get(t, srv, "/metrics")
 	if code != http.StatusOK || !strings.Contains(body, "sparkles_") {
 		t.Fatalf("/metrics: %d %.200s", code, body)

@@ -115,6 +115,11 @@ type scenario struct {
 // machine may not have (peer: a build of Mercure).
 var optIn = map[string]bool{"peer": true}
 
+// untargeted names the scenarios that hold no figure to a target: they
+// measure the machine, not the server (floor: what of latency's and
+// fanout's p99 the machine itself takes).
+var untargeted = map[string]bool{"floor": true}
+
 var scenarios = []scenario{
 	{"append", "durable appends/s through coordinator.AppendEvents with 1, 16, 256 concurrent sandboxes", runAppend, 5 * time.Minute},
 	{"latency", "append-to-SSE delivery latency, idle and at 10,000 events/s", runLatency, 5 * time.Minute},

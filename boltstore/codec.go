@@ -98,7 +98,34 @@ func readState(b *bbolt.Bucket, id string) (*sandbox.State, error) {
 		return nil, fmt.Errorf("sandbox %s: decode state: %w", id, err)
 	}
 	st.Sandbox.LastEventID = lastID(b, st.Sandbox.LastEventID)
+	if st.LogBytes == 0 && st.Sandbox.OldestEventID != 0 {
+		// Written before the state counted its log's bytes: counted once
+		// here, and stored with the sandbox's next write.
+		st.LogBytes = countLogBytes(b)
+	}
 	return st, nil
+}
+
+// recordBytes is the size a stored record counts for in the log's bytes
+// (sandbox.State.LogBytes): its envelope, without the type before it.
+func recordBytes(v []byte) uint64 {
+	if len(v) == 0 {
+		return 0
+	}
+	return uint64(max(len(v)-1-int(v[0]), 0))
+}
+
+// countLogBytes reads the size of every record of a sandbox's events
+// bucket.
+func countLogBytes(b *bbolt.Bucket) uint64 {
+	var n uint64
+	if events := b.Bucket(bucketEvents); events != nil {
+		c := events.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			n += recordBytes(v)
+		}
+	}
+	return n
 }
 
 // lastID is the last id a sandbox handed out, from which its next ids

@@ -31,6 +31,14 @@
 // The events and WAL buckets are filled to 100% because they are
 // append-only.
 //
+// Each state counts the bytes its log holds, its records' envelopes as
+// served, and those of its current turn (sandbox.State.LogBytes and
+// TurnBytes), which retention and the coordinator bound: an append adds
+// its records' in its transaction, a prune or compaction subtracts the
+// values it deletes, a WAL replay counts the records it applies, and Check
+// compares the count with the events bucket. A state written before the
+// count existed is counted from its events bucket when it is loaded.
+//
 // A state of up to 64 KiB is one value. A larger one (a running turn of
 // thousands of tool calls holds every one of them) is kept as items, and a
 // write puts only the items that changed. Written whole at every

@@ -62,6 +62,54 @@ func (s *Store) Compact(ctx context.Context, id string, ids []uint64) (removed i
 	return removed, nil
 }
 
+// LogBytes returns the bytes the retained log of sandbox id holds and those
+// its current or last turn took (sandbox.State.LogBytes and TurnBytes):
+// from memory when its state is loaded, else from the head of its state in
+// the file, which is not kept in memory for it, so that a retention pass
+// over every sandbox does not load every state. A sandbox whose state is
+// not in memory has no WAL tail, so the file has its count; one a commit
+// is changing as it is read may answer the count just before or after.
+func (s *Store) LogBytes(id string) (log, turn uint64, err error) {
+	s.mu.RLock()
+	var st *sandbox.State
+	if e := s.sandboxes[id]; e != nil {
+		st = e.state
+	}
+	s.mu.RUnlock()
+	if st != nil {
+		return st.LogBytes, st.TurnBytes, nil
+	}
+	if id == "" {
+		return 0, 0, notFound(id)
+	}
+	var head struct {
+		Sandbox   sandbox.Marks `json:"sandbox"`
+		LogBytes  uint64        `json:"log_bytes"`
+		TurnBytes uint64        `json:"turn_bytes"`
+	}
+	err = s.view(func(tx *bbolt.Tx) error {
+		b := sandboxBucket(tx, id)
+		if b == nil {
+			return notFound(id)
+		}
+		if err := json.Unmarshal(stateHead(b), &head); err != nil {
+			return fmt.Errorf("sandbox %s: decode state: %w", id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if head.LogBytes == 0 && head.Sandbox.OldestEventID != 0 {
+		// A state from before the count: loading it counts it once.
+		if _, st, err = s.loaded(id, true); err != nil {
+			return 0, 0, err
+		}
+		return st.LogBytes, st.TurnBytes, nil
+	}
+	return head.LogBytes, head.TurnBytes, nil
+}
+
 // Stats describes the file and every sandbox in it.
 type Stats struct {
 	FileSize     int64 // bytes
@@ -248,9 +296,10 @@ func (s *Store) Check() error {
 }
 
 // checkLayout checks what the store keeps true at every commit: each
-// sandbox's meta and state agree on its watermarks, its events bucket's
-// sequence is its last id and no key is above it; and the WAL entries its
-// buckets do not hold yet continue its ids densely from there.
+// sandbox's meta and state agree on its watermarks, its state counts the
+// bytes its events bucket holds, its events bucket's sequence is its last
+// id and no key is above it; and the WAL entries its buckets do not hold
+// yet continue its ids densely from there.
 func checkLayout(tx *bbolt.Tx) []error {
 	var errs []error
 	wal, root := tx.Bucket(bucketWAL), tx.Bucket(bucketSandboxes)
@@ -269,7 +318,8 @@ func checkLayout(tx *bbolt.Tx) []error {
 			return nil
 		}
 		var st struct {
-			Sandbox sandbox.Marks `json:"sandbox"`
+			Sandbox  sandbox.Marks `json:"sandbox"`
+			LogBytes uint64        `json:"log_bytes"`
 		}
 		if err := decodeState(b, new(sandbox.State)); err != nil {
 			errs = append(errs, fmt.Errorf("sandbox %s: decode state: %w", id, err))
@@ -277,6 +327,10 @@ func checkLayout(tx *bbolt.Tx) []error {
 			errs = append(errs, fmt.Errorf("sandbox %s: decode state: %w", id, err))
 		} else if st.Sandbox != meta {
 			errs = append(errs, fmt.Errorf("sandbox %s: meta marks %+v, state marks %+v", id, meta, st.Sandbox))
+		} else if held := countLogBytes(b); st.LogBytes != held && (st.LogBytes != 0 || meta.OldestEventID == 0) {
+			// A state without the count was written before it existed:
+			// its next load counts it (readState).
+			errs = append(errs, fmt.Errorf("sandbox %s: state counts %d bytes of events, the events bucket holds %d", id, st.LogBytes, held))
 		}
 		seq := events.Sequence()
 		if uint64(meta.LastEventID) != seq {

@@ -484,6 +484,7 @@ func (r *replaying) apply(ent walEntry) error {
 		mutated.Sandbox.LastEventID = st.Sandbox.LastEventID
 		mutated.Sandbox.OldestEventID = st.Sandbox.OldestEventID
 		mutated.Sandbox.PrunedThrough = st.Sandbox.PrunedThrough
+		mutated.LogBytes, mutated.TurnBytes = st.LogBytes, st.TurnBytes
 		st = mutated
 		if c := st.Sandbox.CurrentTurn; c != nil {
 			r.putTurn(c.Clone())
@@ -507,6 +508,7 @@ func (r *replaying) apply(ent walEntry) error {
 		if err := r.events.Put(idKey(wr.id), bytes.Clone(wr.value)); err != nil {
 			return err
 		}
+		st.Appended(rec.Type, len(rec.JSON))
 		turn, appr := st.Apply(&ev)
 		if turn != nil {
 			r.putTurn(turn)

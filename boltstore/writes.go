@@ -48,6 +48,7 @@ func (w *appendWrite) apply(t *txn) (reqErr, txErr error) {
 		st.Sandbox.LastEventID = p.state.Sandbox.LastEventID
 		st.Sandbox.OldestEventID = p.state.Sandbox.OldestEventID
 		st.Sandbox.PrunedThrough = p.state.Sandbox.PrunedThrough
+		st.LogBytes, st.TurnBytes = p.state.LogBytes, p.state.TurnBytes
 		if !p.direct {
 			if mutated, err = json.Marshal(st); err != nil {
 				return fmt.Errorf("append to %s: encode state: %w", w.id, err), nil
@@ -62,6 +63,7 @@ func (w *appendWrite) apply(t *txn) (reqErr, txErr error) {
 		// sequence or was restored from the WAL by a replay.
 		id := uint64(st.Sandbox.LastEventID) + 1
 		w.ids[i] = id
+		st.Appended(ev.Type, w.valueLen(i)-1-len(ev.Type))
 		turn, appr := st.Apply(&sandbox.Event{
 			ID: id, Type: ev.Type, TS: foldTime(ev.TS),
 			SandboxID: w.id, TurnID: ev.TurnID, Data: w.folded[i],
@@ -198,13 +200,15 @@ func (w *pruneWrite) apply(t *txn) (reqErr, txErr error) {
 	}
 	// Collect first, delete after: deleting under a live cursor skips keys.
 	var ids []uint64
+	var size uint64
 	c := p.events.Cursor()
-	for k, _ := c.First(); k != nil && keyID(k) <= w.through; k, _ = c.Next() {
+	for k, v := c.First(); k != nil && keyID(k) <= w.through; k, v = c.Next() {
 		if len(ids) == w.batch {
 			w.more = true
 			break
 		}
 		ids = append(ids, keyID(k))
+		size += recordBytes(v)
 	}
 	if len(ids) == 0 {
 		return nil, nil
@@ -217,6 +221,7 @@ func (w *pruneWrite) apply(t *txn) (reqErr, txErr error) {
 	st := p.work()
 	st.Sandbox.PrunedThrough = max(st.Sandbox.PrunedThrough, sandbox.Seq(ids[len(ids)-1]))
 	st.Sandbox.OldestEventID = sandbox.Seq(p.firstID())
+	st.Removed(size)
 	p.changed, p.pruned = true, true
 	t.dirty = true
 	w.removed = len(ids)
@@ -238,11 +243,14 @@ func (w *compactWrite) apply(t *txn) (reqErr, txErr error) {
 		return nil, err
 	}
 	removed := 0
+	var size uint64
 	for _, id := range w.ids {
 		k := idKey(id)
-		if p.events.Get(k) == nil {
+		v := p.events.Get(k)
+		if v == nil {
 			continue
 		}
+		size += recordBytes(v)
 		if err := p.events.Delete(k); err != nil {
 			return nil, err
 		}
@@ -257,6 +265,7 @@ func (w *compactWrite) apply(t *txn) (reqErr, txErr error) {
 	}
 	st := p.work()
 	st.Sandbox.OldestEventID = sandbox.Seq(p.firstID())
+	st.Removed(size)
 	p.changed = true
 	t.dirty = true
 	w.removed = removed

@@ -1,9 +1,10 @@
 // Package retention keeps the sandboxes' event logs bounded. A background
-// loop prunes each log from its head by age and by count, compacts the
-// superseded message.updated events of finished turns out of its middle, and
-// drops deleted sandboxes whole once they have aged out. Pruning advances the
-// log's pruned_through watermark, the low-watermark signal readers check
-// their cursors against (SPEC §6, §7).
+// loop prunes each log from its head by age, by count and by bytes (whole
+// finished turns), compacts the superseded message.updated events of
+// finished turns out of its middle, and drops deleted sandboxes whole once
+// they have aged out. Pruning advances the log's pruned_through watermark,
+// the low-watermark signal readers check their cursors against (SPEC §6,
+// §7).
 package retention
 
 import (
@@ -11,11 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/internal/disk"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -25,6 +26,11 @@ type Store interface {
 	// Sandboxes lists sandboxes with their watermarks, in id order, after
 	// the given id.
 	Sandboxes(ctx context.Context, after string, limit int) (list []sandbox.Sandbox, more bool, err error)
+	// Sandbox returns one sandbox with its watermarks.
+	Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
+	// LogBytes returns the bytes of the retained log of sandbox id and
+	// those of its current or last turn (sandbox.State.LogBytes), cheaply.
+	LogBytes(id string) (log, turn uint64, err error)
 	// Read returns up to limit retained records with id > after, in order.
 	Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error)
 	// Prune removes every event with id <= through, at most batch deletes
@@ -59,6 +65,10 @@ type Config struct {
 	MaxAge time.Duration
 	// MaxEvents keeps at most this many events per sandbox (default 100000).
 	MaxEvents int
+	// MaxBytes bounds the bytes of a sandbox's retained log, its events'
+	// envelopes as a reader gets them (default 256 MiB): past it the
+	// oldest finished turns are pruned until it is under (see bytes.go).
+	MaxBytes int64
 	// Interval is the time between passes (default 1m).
 	Interval time.Duration
 	// Batch bounds the deletes of one write transaction (default 200): a
@@ -85,6 +95,7 @@ type Observer interface {
 const (
 	DefaultMaxAge    = 168 * time.Hour
 	DefaultMaxEvents = 100000
+	DefaultMaxBytes  = 256 << 20
 	DefaultInterval  = time.Minute
 	DefaultBatch     = 200
 )
@@ -117,7 +128,13 @@ type Loop struct {
 	// pass serializes passes; tracks belongs to whoever holds it.
 	pass      sync.Mutex
 	tracks    map[string]*track
-	lastBatch time.Duration // how long the last prune batch took to commit
+	lastBatch time.Duration   // how long the last prune batch took to commit
+	kept      map[string]bool // deleted sandboxes whose files resist removal, logged once
+
+	// nudge wakes the loop for the sandboxes in nudged (under mu), whose
+	// logs grew past MaxBytes between passes (Nudge).
+	nudge  chan struct{}
+	nudged map[string]bool
 
 	mu      sync.Mutex
 	started bool
@@ -134,6 +151,9 @@ func New(cfg Config) *Loop {
 	if cfg.MaxEvents <= 0 {
 		cfg.MaxEvents = DefaultMaxEvents
 	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
@@ -147,7 +167,8 @@ func New(cfg Config) *Loop {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Loop{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, tracks: map[string]*track{}}
+	return &Loop{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, tracks: map[string]*track{},
+		nudge: make(chan struct{}, 1), nudged: map[string]bool{}}
 }
 
 // Start runs a pass at once and then every Interval, in the background.
@@ -175,10 +196,15 @@ func (l *Loop) loop(ctx context.Context) {
 	defer ticker.Stop()
 	for {
 		l.runLogged(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
+		for again := true; again; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+				again = false
+			case <-l.nudge:
+				l.runNudged(ctx)
+			}
 		}
 	}
 }
@@ -287,7 +313,9 @@ func (l *Loop) sandbox(ctx context.Context, sb sandbox.Sandbox, now time.Time) (
 			return res, err
 		}
 		if expired {
-			if err := l.drop(ctx, sb.ID); err != nil {
+			if err := l.drop(ctx, sb.ID); errors.Is(err, errFilesKept) {
+				return res, nil // logged once; tried again next pass
+			} else if err != nil {
 				return res, err
 			}
 			res.Dropped++
@@ -342,16 +370,32 @@ func (l *Loop) expired(ctx context.Context, sb sandbox.Sandbox, cutoff time.Time
 	return ts.Before(cutoff), nil
 }
 
+// errFilesKept is drop's error when a sandbox's files resist removal.
+var errFilesKept = errors.New("the sandbox's files could not all be removed")
+
 // drop removes the sandbox's directory, then its data: a failure in between
-// leaves the sandbox listed, so the next pass tries again.
+// leaves the sandbox listed, so the next pass tries again. Directories an
+// agent left read-only (go mod download leaves its module cache 0555) are
+// given their owner's rights back first, never through a link (see
+// disk.RemoveAll). Files that still resist are logged once per sandbox,
+// not at every pass, and the sandbox waits for the next.
 func (l *Loop) drop(ctx context.Context, id string) error {
 	if l.cfg.DataDir != "" {
 		if !filepath.IsLocal(id) || filepath.Base(id) != id {
 			return fmt.Errorf("refusing to remove the directory of sandbox id %q", id)
 		}
-		if err := os.RemoveAll(filepath.Join(l.cfg.DataDir, "sandboxes", id)); err != nil {
-			return err
+		if err := disk.RemoveAll(filepath.Join(l.cfg.DataDir, "sandboxes", id)); err != nil {
+			if !l.kept[id] {
+				l.log.Error("a deleted sandbox's files could not be removed; its record stays and each pass tries again",
+					"sandbox_id", id, "err", err)
+				if l.kept == nil {
+					l.kept = map[string]bool{}
+				}
+				l.kept[id] = true
+			}
+			return errFilesKept
 		}
+		delete(l.kept, id)
 	}
 	if err := l.cfg.Store.Drop(ctx, id); err != nil {
 		return err

@@ -23,6 +23,10 @@ type track struct {
 	counted   uint64 // records with id <= counted are in count
 	count     int    // retained records
 	compacted uint64 // every finished turn up to this id is compacted
+	// within is 1 + the last id of the log when it was last found within
+	// MaxBytes (0: not known): a log that has not grown since still is,
+	// and its size need not be asked for.
+	within uint64
 	// stale is set when a write removed fewer events than the loop asked
 	// for (another node's pass removed them first): count no longer says
 	// what is retained, and the sandbox is counted afresh next pass.
@@ -121,45 +125,43 @@ func (l *Loop) compact(ctx context.Context, sb sandbox.Sandbox, t *track) (int, 
 	return removed, nil
 }
 
-// prune removes the head of the log: every event older than cutoff, and the
-// oldest events beyond MaxEvents. Ids are not dense (compaction removes from
-// the middle), so the count cutoff is found by counting records, not ids.
+// prune removes the head of the log: every event older than cutoff, the
+// oldest events beyond MaxEvents, and the oldest finished turns while the
+// log holds more than MaxBytes (bytes.go). Ids are not dense (compaction
+// removes from the middle), so the count cutoff is found by counting
+// records, not ids.
 func (l *Loop) prune(ctx context.Context, sb sandbox.Sandbox, t *track, cutoff time.Time) (int, error) {
+	var logBytes uint64
+	if t.within != uint64(sb.LastEventID)+1 {
+		var err error
+		if logBytes, _, err = l.cfg.Store.LogBytes(sb.ID); err != nil {
+			return 0, err
+		}
+		if logBytes <= uint64(l.cfg.MaxBytes) {
+			t.within = uint64(sb.LastEventID) + 1
+		}
+	}
+	var current string
+	if sb.CurrentTurn != nil {
+		current = sb.CurrentTurn.ID
+	}
 	excess := t.count - l.cfg.MaxEvents
-	var (
-		bounds  []uint64 // the last id of every Batch records to remove
-		seen    int
-		covered int // records up to the last bound
-		limit   = scanPages * l.cfg.Batch
-	)
-	if excess <= 0 {
+	c := newCut(l.cfg.Batch, excess, cutoff, logBytes, uint64(l.cfg.MaxBytes), current)
+	limit := scanPages * l.cfg.Batch
+	if excess <= 0 && !c.bytes {
 		limit = 1 // usually the oldest event is young and one record says so
 	}
 	err := l.scan(ctx, sb.ID, uint64(sb.PrunedThrough), limit, func(rec sandbox.Record) (bool, error) {
 		if rec.ID > t.counted {
 			return false, nil // not counted yet: left for the next pass
 		}
-		seen++
-		if seen > excess {
-			ts, err := recordTS(rec)
-			if err != nil {
-				return false, fmt.Errorf("event %d: %w", rec.ID, err)
-			}
-			if !ts.Before(cutoff) {
-				return false, nil
-			}
-		}
-		if (seen-1)%l.cfg.Batch == 0 {
-			bounds = append(bounds, rec.ID)
-		} else {
-			bounds[len(bounds)-1] = rec.ID
-		}
-		covered++
-		return rec.ID < t.counted, nil
+		more, err := c.visit(rec)
+		return more && rec.ID < t.counted, err
 	})
 	if err != nil {
 		return 0, err
 	}
+	bounds, covered := c.bounds()
 	removed := 0
 	for i, through := range bounds {
 		// The count is of the records after t.pruned: sb.PrunedThrough

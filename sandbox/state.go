@@ -19,6 +19,30 @@ type State struct {
 	// because the state is what the coordinator already writes durably, in
 	// the same transaction as the status it goes with.
 	AgentSession string `json:"agent_session,omitempty"`
+
+	// LogBytes is the size of the retained log: the bytes of its events'
+	// envelopes as a reader gets them. TurnBytes is what the log took
+	// since the last turn.started, that event included (since the log
+	// began, before the first), whatever was removed since. The stores
+	// keep both with the watermarks, in the same write, so retention
+	// bounds a log and the coordinator a turn in bytes without reading
+	// the log. Private like AgentSession: Snapshot leaves them out.
+	LogBytes  uint64 `json:"log_bytes,omitempty"`
+	TurnBytes uint64 `json:"turn_bytes,omitempty"`
+}
+
+// Appended counts an event of n bytes appended to the log (see LogBytes).
+func (s *State) Appended(typ Type, n int) {
+	if typ == TypeTurnStarted {
+		s.TurnBytes = 0
+	}
+	s.LogBytes += uint64(n)
+	s.TurnBytes += uint64(n)
+}
+
+// Removed counts n bytes of events removed from the log, never below zero.
+func (s *State) Removed(n uint64) {
+	s.LogBytes -= min(n, s.LogBytes)
 }
 
 // Apply folds one durable event into the state. It returns the turn and the

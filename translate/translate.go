@@ -294,7 +294,8 @@ func (t *Translator) EndTurn(r TurnResult) []*sandbox.Event {
 func (t *Translator) Error(code, message string) []*sandbox.Event {
 	switch code {
 	case sandbox.ErrAgentStartFailed, sandbox.ErrAgentExited, sandbox.ErrProtocol,
-		sandbox.ErrTurnTimeout, sandbox.ErrCoordinatorRestarted, sandbox.ErrSessionLost, sandbox.ErrInternal:
+		sandbox.ErrTurnTimeout, sandbox.ErrCoordinatorRestarted, sandbox.ErrSessionLost, sandbox.ErrInternal,
+		sandbox.ErrLogFull:
 	default:
 		code = sandbox.ErrInternal
 	}

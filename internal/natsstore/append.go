@@ -237,6 +237,7 @@ func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, muta
 		tip = seqs[len(seqs)-1]
 	}
 	for i, p := range batch {
+		work.Appended(p.ev.Type, servedLen(seqs[i], p.body))
 		ch.add(work.Apply(&sandbox.Event{
 			ID: seqs[i], Type: p.ev.Type, TS: foldTime(p.ev.TS),
 			SandboxID: id, TurnID: p.ev.TurnID, Data: p.folded,
@@ -268,15 +269,18 @@ func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, muta
 }
 
 // runMutate runs a caller's mutate on the working state. A panic fails this
-// append alone. The watermarks belong to the log, not to the caller.
+// append alone. The watermarks and the log's byte counts belong to the log,
+// not to the caller.
 func runMutate(log *slog.Logger, mutate func(*sandbox.State) error, st *sandbox.State) (err error) {
 	marks := st.Marks()
+	logBytes, turnBytes := st.LogBytes, st.TurnBytes
 	defer func() {
 		if r := recover(); r != nil {
 			log.Error("append: mutate panicked", "sandbox_id", st.Sandbox.ID, "panic", r, "stack", string(debug.Stack()))
 			err = fmt.Errorf("append to %s: mutate panicked: %v", st.Sandbox.ID, r)
 		}
 		st.Sandbox.LastEventID, st.Sandbox.OldestEventID, st.Sandbox.PrunedThrough = marks.LastEventID, marks.OldestEventID, marks.PrunedThrough
+		st.LogBytes, st.TurnBytes = logBytes, turnBytes
 	}()
 	return mutate(st)
 }
@@ -454,6 +458,7 @@ func (s *Store) foldRange(ctx context.Context, id string, st *sandbox.State, fro
 			if err != nil {
 				return n, fmt.Errorf("sandbox %s: event %d: %w", id, seq, err)
 			}
+			st.Appended(rec.Type, len(rec.JSON))
 			ch.add(st.Apply(&ev))
 			n++
 		}

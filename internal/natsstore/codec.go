@@ -72,6 +72,14 @@ func recordOf(seq uint64, body []byte) (sandbox.Record, error) {
 	return sandbox.Record{ID: seq, Type: sandbox.Type(rest[:end]), JSON: b}, nil
 }
 
+// servedLen is the length of the envelope recordOf makes of a stored body
+// with its sequence spliced in: what the event counts for in the log's
+// bytes (sandbox.State.LogBytes), the same as in every store.
+func servedLen(seq uint64, body []byte) int {
+	var digits [20]byte
+	return len(body) - len(nullIDPrefix) + len(`{"id":""`) + len(strconv.AppendUint(digits[:0], seq, 10))
+}
+
 // foldTime is the ts a reader of the log decodes: UTC, truncated to the
 // millisecond like the envelope writes it. The state is folded with it so
 // it matches what a client folds from the same records.

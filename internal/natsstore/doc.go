@@ -27,6 +27,13 @@
 //	  turn.<id>.<turn id>         sandbox.Turn JSON
 //	  appr.<id>.<approval id>     sandbox.Approval JSON
 //
+// The state also counts the bytes of the log's retained events and of its
+// current turn (sandbox.State.LogBytes, TurnBytes), moved by the same
+// revision-checked updates: an append and a fold add what they fold, a
+// prune subtracts what it purges, which it reads first (a purge reports
+// how many messages it removed, not their bytes), and a compaction what
+// it deleted. Check compares the count with the log.
+//
 // One key holds the resource and the state together, so a single
 // revision-checked update moves the snapshot, its last_event_id and the
 // listing's view of the sandbox at once; there is no separate record of the

@@ -17,7 +17,10 @@ import (
 // oldest_event_id. The watermarks are stored first and the events purged
 // after: readers start after pruned_through, so from the moment it moves
 // nothing at or below it is served, and a process that dies in between
-// leaves only unreachable events, which the next prune removes.
+// leaves only unreachable events, which the next prune removes. The
+// log's byte count moves with the watermarks, by the size of the retained
+// events up to the new pruned_through, which the prune reads for it: a
+// purge says how many messages it removed, not their bytes.
 //
 // batch is accepted for the retention loop's interface and not needed:
 // JetStream purges a range of a subject as one operation on the server,
@@ -72,7 +75,12 @@ func (s *Store) prune(ctx context.Context, id string, from, through uint64) (rem
 		if err != nil {
 			return false, err
 		}
+		size, err := s.rangeBytes(ctx, id, pruned+1, high)
+		if err != nil {
+			return false, err
+		}
 		st.Sandbox.PrunedThrough, st.Sandbox.OldestEventID = sandbox.Seq(high), sandbox.Seq(oldest)
+		st.Removed(size)
 		return true, nil
 	})
 	if err != nil || rev == 0 {
@@ -148,6 +156,12 @@ func (s *Store) firstAfter(ctx context.Context, id string, seq, last uint64) (ui
 // log are skipped: each is checked to be an event of this sandbox before it
 // is deleted, since the stream is shared by all of them. pruned_through
 // does not move; oldest_event_id does when the first retained event goes.
+//
+// The log's byte count is stored after the deletes, less the events this
+// call deleted that are still above pruned_through then: a prune by
+// another process in between counted those below it already. A process
+// that dies in between leaves the count high by what it deleted, which
+// makes retention prune a little early, never late.
 func (s *Store) Compact(ctx context.Context, id string, ids []uint64) (removed int, err error) {
 	if err := s.enter(); err != nil {
 		return 0, err
@@ -161,6 +175,7 @@ func (s *Store) Compact(ctx context.Context, id string, ids []uint64) (removed i
 	subject := s.subject(id)
 	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	var first bool
+	sizes := map[uint64]uint64{} // deleted here: id -> bytes
 	for _, seq := range ids {
 		if seq <= uint64(marks.PrunedThrough) || seq > uint64(marks.LastEventID) {
 			continue
@@ -185,6 +200,7 @@ func (s *Store) Compact(ctx context.Context, id string, ids []uint64) (removed i
 			continue
 		}
 		removed++
+		sizes[seq] = uint64(servedLen(seq, msg.Data))
 		first = first || seq == uint64(marks.OldestEventID)
 		s.mu.Lock()
 		if e.tip == seq {
@@ -192,21 +208,85 @@ func (s *Store) Compact(ctx context.Context, id string, ids []uint64) (removed i
 		}
 		s.mu.Unlock()
 	}
-	if !first {
-		return removed, nil
+	if removed == 0 {
+		return 0, nil
 	}
-	// The first retained event went: oldest_event_id moves to the next.
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
 	_, _, err = s.commitMarks(ctx, e, "compact", func(st *sandbox.State, _ *uint64) (bool, error) {
-		oldest, err := s.firstAfter(ctx, id, uint64(st.Sandbox.PrunedThrough), uint64(st.Sandbox.LastEventID))
-		if err != nil || oldest == uint64(st.Sandbox.OldestEventID) {
-			return false, err
+		var size uint64
+		for seq, n := range sizes {
+			if seq > uint64(st.Sandbox.PrunedThrough) {
+				size += n
+			}
 		}
-		st.Sandbox.OldestEventID = sandbox.Seq(oldest)
-		return true, nil
+		changed := size > 0
+		st.Removed(size)
+		if first {
+			// The first retained event went: oldest_event_id moves to the next.
+			oldest, err := s.firstAfter(ctx, id, uint64(st.Sandbox.PrunedThrough), uint64(st.Sandbox.LastEventID))
+			if err != nil {
+				return false, err
+			}
+			changed = changed || oldest != uint64(st.Sandbox.OldestEventID)
+			st.Sandbox.OldestEventID = sandbox.Seq(oldest)
+		}
+		return changed, nil
 	})
 	return removed, err
+}
+
+// rangeBytes reads the size of the retained events of sandbox id with ids
+// in [from, to] (sandbox.State.LogBytes).
+func (s *Store) rangeBytes(ctx context.Context, id string, from, to uint64) (uint64, error) {
+	var n uint64
+	for from <= to {
+		msgs, err := s.getBatch(ctx, s.subject(id), from, 256, readBytes, to)
+		if err != nil {
+			return 0, fmt.Errorf("sandbox %s: %w", id, err)
+		}
+		if len(msgs) == 0 {
+			return n, nil
+		}
+		for _, msg := range msgs {
+			seq, err := msgSeq(msg)
+			if err != nil {
+				return 0, err
+			}
+			if seq > to {
+				return n, nil
+			}
+			n += uint64(servedLen(seq, msg.Data))
+			from = seq + 1
+		}
+	}
+	return n, nil
+}
+
+// LogBytes returns the bytes the retained log of sandbox id holds and those
+// its current or last turn took (sandbox.State.LogBytes and TurnBytes):
+// from the state this process holds, else from the bucket.
+func (s *Store) LogBytes(id string) (log, turn uint64, err error) {
+	if err := s.enter(); err != nil {
+		return 0, 0, err
+	}
+	defer s.leave()
+	ctx := context.Background()
+	e, err := s.lookup(ctx, id)
+	if err != nil {
+		return 0, 0, err
+	}
+	s.mu.Lock()
+	st := e.state
+	s.mu.Unlock()
+	if st == nil {
+		_, cur, err := s.fetch(ctx, id)
+		if err != nil {
+			return 0, 0, err
+		}
+		st = cur.st
+	}
+	return st.LogBytes, st.TurnBytes, nil
 }
 
 func (s *Store) getMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
@@ -307,7 +387,8 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 // Check compares every sandbox's state in the bucket with its log in the
 // stream: no event beyond last_event_id (an append left half done), the
 // first retained event after pruned_through and equal to oldest_event_id,
-// and a stored config. It returns every problem found, joined. Events at
+// the log's byte count equal to what its retained events hold (which
+// reads every log), and a stored config. It returns every problem found, joined. Events at
 // or below pruned_through that a prune cut short left behind are no
 // problem: no reader reaches them and the next prune removes them.
 func (s *Store) Check() error {
@@ -362,6 +443,15 @@ func (s *Store) checkOne(ctx context.Context, id string, st *sandbox.State) erro
 	}
 	if oldest != uint64(m.OldestEventID) {
 		return fmt.Errorf("sandbox %s: first retained event is %d, oldest_event_id says %d", id, oldest, m.OldestEventID)
+	}
+	held, err := s.rangeBytes(ctx, id, uint64(m.PrunedThrough)+1, uint64(m.LastEventID))
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	// A state without the count was written before it existed: its next
+	// load counts it.
+	if held != st.LogBytes && (st.LogBytes != 0 || m.OldestEventID == 0) {
+		return fmt.Errorf("sandbox %s: the state counts %d bytes of events, the log holds %d", id, st.LogBytes, held)
 	}
 	return nil
 }

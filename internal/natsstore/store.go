@@ -531,6 +531,13 @@ func (s *Store) fetchFrom(ctx context.Context, id string, get func(context.Conte
 	if err != nil {
 		return nil, stored{}, fmt.Errorf("sandbox %s: %w", id, err)
 	}
+	if st.LogBytes == 0 && st.Sandbox.OldestEventID != 0 {
+		// Written before the state counted its log's bytes: counted here,
+		// and stored with the sandbox's next write.
+		if st.LogBytes, err = s.rangeBytes(ctx, id, uint64(st.Sandbox.PrunedThrough)+1, uint64(st.Sandbox.LastEventID)); err != nil {
+			return nil, stored{}, err
+		}
+	}
 	e := s.observe(id, st.Sandbox, st, owner, kve.Revision())
 	if e == nil {
 		return nil, stored{}, notFound(id)

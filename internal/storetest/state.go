@@ -162,6 +162,7 @@ func testStateFold(t *testing.T, open Opener) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			fold.Appended(rec.Type, len(rec.JSON))
 			fold.Apply(&ev)
 		}
 		if got, want := mustJSON(t, state(t)), mustJSON(t, fold); got != want {

@@ -25,6 +25,9 @@ type Store interface {
 	Prune(ctx context.Context, id string, through uint64, batch int) (removed int, err error)
 	// Compact removes the given events from anywhere in the log.
 	Compact(ctx context.Context, id string, ids []uint64) (removed int, err error)
+	// LogBytes returns the bytes of the retained log and those its
+	// current or last turn took (sandbox.State.LogBytes, TurnBytes).
+	LogBytes(id string) (log, turn uint64, err error)
 }
 
 // Opener opens a fresh, empty store for one test and registers its cleanup
@@ -51,6 +54,7 @@ func Run(t *testing.T, open Opener) {
 		{"Wait", testWait},
 		{"Prune", testPrune},
 		{"Compact", testCompact},
+		{"LogBytes", testLogBytes},
 		{"Drop", testDrop},
 		{"Concurrent", testConcurrent},
 	} {

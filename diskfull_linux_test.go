@@ -70,7 +70,9 @@ func TestDiskFull(t *testing.T) {
 	})
 	const token = "diskfull-token"
 	env := cliEnv(t)
-	args := []string{"--flush-interval", "5ms", "--retention-interval", "200ms"}
+	// No reserve: this is the store's own outage, which the disk guard
+	// would otherwise forestall (TestDiskLimits).
+	args := []string{"--flush-interval", "5ms", "--retention-interval", "200ms", "--disk-reserve", "0"}
 	p := startServe(t, env, data, token, args...)
 	p.waitServing()
 

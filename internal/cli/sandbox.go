@@ -113,7 +113,7 @@ func newSandboxCommand() *cli.Command {
 			},
 			{
 				Name:      "delete",
-				Usage:     "delete a sandbox: its agent stops and a running turn is canceled",
+				Usage:     "delete a sandbox: its agent stops, a running turn is canceled and its files (work, home, tmp) are removed at once; its event log follows retention",
 				ArgsUsage: "ID",
 				Flags:     clientFlags(jsonFlag()),
 				Action: func(c *cli.Context) error {

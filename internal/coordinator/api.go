@@ -12,8 +12,10 @@ import (
 // call runs an operation on the runtime of an existing sandbox, where its
 // placement has it (see placement.go).
 func (c *Coordinator) call(ctx context.Context, call cluster.Call) (any, error) {
-	// Every call writes: none is taken while the store refuses writes.
-	if err := c.Writable(); err != nil {
+	// Every call writes: none is taken while the store refuses writes,
+	// but a delete, which frees what the sandbox holds at once and has
+	// its record follow (box.remove).
+	if err := c.Writable(); err != nil && call.Op != cluster.OpDelete {
 		return nil, err
 	}
 	sb, err := c.store.Sandbox(ctx, call.SandboxID)
@@ -37,7 +39,7 @@ func (c *Coordinator) exec(ctx context.Context, b *box, sb sandbox.Sandbox, call
 		if sb.Status == sandbox.StatusDeleted {
 			b.deleted = true
 		}
-		if len(b.pending) > 0 {
+		if len(b.pending) > 0 && call.Op != cluster.OpDelete {
 			// Its writes wait for the store: nothing goes on top of them.
 			ferr = unavailable(b.lastErr)
 			return
@@ -55,7 +57,10 @@ func (c *Coordinator) exec(ctx context.Context, b *box, sb sandbox.Sandbox, call
 			v, ferr = b.decide(call.ApprovalID, *call.Decision)
 		case cluster.OpDelete:
 			if !b.deleted {
-				ferr = b.remove()
+				b.remove()
+			}
+			if len(b.pending) > 0 {
+				v = b.deletedView(sb) // the store has not got it yet
 			}
 		default:
 			ferr = sandbox.Errorf(sandbox.EInvalidRequest, "unknown operation %q", call.Op)
@@ -70,11 +75,15 @@ func (c *Coordinator) exec(ctx context.Context, b *box, sb sandbox.Sandbox, call
 	if err := c.place.release(ctx, sb.ID); err != nil {
 		c.log.Warn("cluster: release of a deleted sandbox", "sandbox_id", sb.ID, "err", err)
 	}
+	if v != nil {
+		return v, nil
+	}
 	return c.store.Sandbox(ctx, sb.ID)
 }
 
-// DeleteSandbox stops a sandbox's agent, cancels its running turn and marks it
-// deleted. Its log stays readable until retention drops it.
+// DeleteSandbox stops a sandbox's agent, cancels its running turn, removes
+// its files and marks it deleted, also while the store refuses writes (the
+// record follows). Its log stays readable until retention drops it.
 func (c *Coordinator) DeleteSandbox(ctx context.Context, id string) (sandbox.Sandbox, error) {
 	return c.runtimes.delete(ctx, id)
 }

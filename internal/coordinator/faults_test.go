@@ -434,7 +434,9 @@ func TestFaults(t *testing.T) {
 	})
 	t.Run("StopOnDelete", func(t *testing.T) {
 		t.Parallel()
-		r := newFaultRig(t, bin, []string{"stop-log"}, nil)
+		// Outside the sandbox: the delete removes its work dir.
+		stopLog := filepath.Join(t.TempDir(), "stop-log.txt")
+		r := newFaultRig(t, bin, []string{"stop-log", stopLog}, nil)
 		turn, err := r.co.StartTurn(context.Background(), r.faulty.ID, "hello")
 		if err != nil {
 			t.Fatal(err)
@@ -445,7 +447,7 @@ func TestFaults(t *testing.T) {
 		}
 		// Delete returns once the agent is gone, and it wrote each line
 		// before it read on.
-		raw, err := os.ReadFile(filepath.Join(r.dir, "sandboxes", r.faulty.ID, "work", "stop-log.txt"))
+		raw, err := os.ReadFile(stopLog)
 		if err != nil {
 			t.Fatal(err)
 		}

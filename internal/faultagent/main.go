@@ -20,8 +20,8 @@
 //	                auth_required, as Gemini CLI does without its API key
 //	prompt-error    answers every prompt with a JSON-RPC error whose data
 //	                carries the model API's refusal, as the adapters do
-//	stop-log        asks permission, then writes what reaches it to
-//	                stop-log.txt in its cwd, one line each: notifications by
+//	stop-log [PATH] asks permission, then writes what reaches it to PATH
+//	                (stop-log.txt in its cwd), one line each: notifications by
 //	                method, the answer to its question by outcome, and "eof"
 //	                when its stdin closes; it answers the prompt cancelled
 //	                once it has the cancel and the answer
@@ -234,8 +234,11 @@ var faults = map[string]func(p *peer, arg string){
 			}})
 		}
 	},
-	"stop-log": func(p *peer, _ string) {
-		log, err := os.OpenFile("stop-log.txt", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	"stop-log": func(p *peer, path string) {
+		if path == "" {
+			path = "stop-log.txt"
+		}
+		log, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
 			os.Exit(1)
 		}

@@ -1,0 +1,74 @@
+// Package nobody runs a test again as the unprivileged user nobody, for
+// what differs between a server that is root (as CI runs the suite) and
+// one that is not (as on a developer's laptop): file permissions above
+// all, which root overrides.
+package nobody
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// envVar marks the run as nobody, so that it does not run itself again.
+const envVar = "SPARKLES_TEST_AS_NOBODY"
+
+// uid and gid of nobody on Linux distributions.
+const uid, gid = 65534, 65534
+
+// Also runs the current top-level test again as nobody when the test
+// process is root, in a copy of the test binary, and fails t if that run
+// fails; it does nothing when the process is not root or is that run
+// already. Call it after the test's own body: as root the test then covers
+// both.
+func Also(t *testing.T) {
+	t.Helper()
+	if os.Getuid() != 0 || os.Getenv(envVar) != "" {
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Outside the test's own temporary directories, which are 0700.
+	dir, err := os.MkdirTemp("", "sparkles-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "test.bin")
+	if err := copyExe(exe, bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = []string{envVar + "=1", "PATH=/usr/bin:/bin", "HOME=" + dir, "TMPDIR=" + dir}
+	cmd.SysProcAttr = sysProcAttr()
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
+		t.Fatalf("as nobody: %v\n%s", err, out)
+	}
+}
+
+func copyExe(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

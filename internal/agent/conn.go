@@ -76,6 +76,11 @@ type Config struct {
 	// Confinement is what this agent's registry entry adds to the
 	// launcher's (see Launcher).
 	Confinement Confinement
+	// FSBudget bounds the memory the agent's fs/read_text_file and
+	// fs/write_text_file hold, shared with every agent it is given to;
+	// nil shares one budget of DefaultFSBudget with every other Conn
+	// started without one.
+	FSBudget *FSBudget
 	// Session is an earlier ACP session of this agent to go on with: when
 	// the agent advertises loadSession, boot asks for it with session/load
 	// instead of opening a new one. If the agent refuses, a new session
@@ -123,14 +128,16 @@ type Inbound struct {
 // concurrent use. Prompt, Cancel and Respond write to the agent's stdin and
 // block while the agent does not read it; Close unblocks them.
 type Conn struct {
-	log     *slog.Logger
-	proc    *proc
-	stdin   *os.File
-	stdout  *os.File
-	files   *fsRoot
-	grace   time.Duration
-	stall   time.Duration
-	maxLine int
+	log      *slog.Logger
+	proc     *proc
+	stdin    *os.File
+	stdout   *os.File
+	files    *fsRoot
+	fsq      *fsQuota
+	fsCancel context.CancelFunc
+	grace    time.Duration
+	stall    time.Duration
+	maxLine  int
 
 	wmu sync.Mutex // one JSON object per line: writes must not interleave
 
@@ -264,12 +271,15 @@ func spawn(cfg Config, log *slog.Logger, dir, path string, files *fsRoot) (*Conn
 			return nil, err
 		}
 	}
+	fsCtx, fsCancel := context.WithCancel(context.Background())
 	c := &Conn{
 		log:        log.With("pid", p.pid),
 		proc:       p,
 		stdin:      stdinW,
 		stdout:     stdoutR,
 		files:      files,
+		fsq:        newFSQuota(fsCtx, cfg.FSBudget, stall),
+		fsCancel:   fsCancel,
 		grace:      grace,
 		stall:      stall,
 		maxLine:    maxLine,
@@ -493,6 +503,11 @@ func (c *Conn) write(v any) error {
 	if err != nil {
 		return fmt.Errorf("encode message: %w", err)
 	}
+	return c.writeLine(b)
+}
+
+// writeLine sends one line, already encoded and ending in a newline.
+func (c *Conn) writeLine(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	for len(b) > 0 {

@@ -4,17 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-)
+	"unicode/utf8"
 
-// MaxReadFile bounds the files fs/read_text_file returns: the answer is one
-// line on the agent's stdin, held in memory while it is written.
-const MaxReadFile = 16 << 20
+	"github.com/go-json-experiment/json/jsontext"
+)
 
 // fsRoot serves the agent's file requests, confined to the sandbox directory.
 // os.Root does the confinement that matters (no "..", no symlink leaving the
@@ -65,76 +63,8 @@ func (f *fsRoot) rel(p string) (string, *RPCError) {
 	return filepath.Clean(p), nil
 }
 
-// read returns the text of a file, from the 1-based line on and at most limit
-// lines; a missing or non-positive line or limit means from the start and to
-// the end. A file that does not exist inside the sandbox reads as empty.
-func (f *fsRoot) read(path string, line, limit *int64) (string, *RPCError) {
-	rel, rpcErr := f.rel(path)
-	if rpcErr != nil {
-		return "", rpcErr
-	}
-	file, err := f.root.OpenFile(rel, os.O_RDONLY|openNoBlock, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		// As Zed answers (its buffer store opens a missing path as a new,
-		// empty buffer): agents read a file before they create it, and
-		// Gemini CLI fails its write tool on any error here. os.Root walks
-		// no further than the sandbox allows, so a way out (a "..", a
-		// symlink leaving it, even to nothing) is refused as an escape
-		// before anything can be found missing.
-		return "", nil
-	}
-	if err != nil {
-		return "", fsError("read", path, err)
-	}
-	defer file.Close()
-	st, err := file.Stat()
-	if err != nil {
-		return "", fsError("read", path, err)
-	}
-	if !st.Mode().IsRegular() {
-		return "", &RPCError{Code: codeInvalidParams, Message: "not a regular file: " + path}
-	}
-	tooLarge := &RPCError{Code: codeInvalidParams, Message: fmt.Sprintf("file is larger than %d MiB: %s", MaxReadFile>>20, path)}
-	if st.Size() > MaxReadFile {
-		return "", tooLarge
-	}
-	b, err := io.ReadAll(io.LimitReader(file, MaxReadFile+1))
-	if err != nil {
-		return "", fsError("read", path, err)
-	}
-	if len(b) > MaxReadFile { // it grew since Stat
-		return "", tooLarge
-	}
-	return sliceLines(string(b), line, limit), nil
-}
-
-func sliceLines(s string, line, limit *int64) string {
-	start, n := int64(1), int64(0)
-	if line != nil && *line > 1 {
-		start = *line
-	}
-	if limit != nil && *limit > 0 {
-		n = *limit
-	}
-	if start == 1 && n == 0 {
-		return s
-	}
-	lines := strings.SplitAfter(s, "\n")
-	if lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
-	}
-	if start > int64(len(lines)) {
-		return ""
-	}
-	end := int64(len(lines))
-	if n > 0 && start-1+n < end {
-		end = start - 1 + n
-	}
-	return strings.Join(lines[start-1:end], "")
-}
-
 // write replaces (or creates) a file, creating its parent directories.
-func (f *fsRoot) write(path, content string) *RPCError {
+func (f *fsRoot) write(path string, content []byte) *RPCError {
 	rel, rpcErr := f.rel(path)
 	if rpcErr != nil {
 		return rpcErr
@@ -154,7 +84,7 @@ func (f *fsRoot) write(path, content string) *RPCError {
 		return &RPCError{Code: codeInvalidParams, Message: "not a regular file: " + path}
 	}
 	if err == nil {
-		_, err = io.WriteString(file, content)
+		_, err = file.Write(content)
 	}
 	if cerr := file.Close(); err == nil {
 		err = cerr
@@ -194,44 +124,106 @@ type (
 	writeParams struct {
 		SessionID string `json:"sessionId"`
 		Path      string `json:"path"`
-		Content   string `json:"content"`
+		Content   fsText `json:"content"`
 	}
 )
 
-// serveFS answers fs/read_text_file and fs/write_text_file.
-func (c *Conn) serveFS(method string, params json.RawMessage) (any, *RPCError) {
-	badParams := &RPCError{Code: codeInvalidParams, Message: "invalid params for " + method}
-	switch method {
-	case "fs/read_text_file":
-		var p readParams
-		if json.Unmarshal(params, &p) != nil {
-			return nil, badParams
-		}
-		if rpcErr := c.checkSession(p.SessionID); rpcErr != nil {
-			return nil, rpcErr
-		}
-		content, rpcErr := c.files.read(p.Path, p.Line, p.Limit)
-		if rpcErr != nil {
-			c.log.Debug("agent file read refused", "path", p.Path, "err", rpcErr.Message)
-			return nil, rpcErr
-		}
-		return readResult{Content: content}, nil
-	case "fs/write_text_file":
-		var p writeParams
-		if json.Unmarshal(params, &p) != nil {
-			return nil, badParams
-		}
-		if rpcErr := c.checkSession(p.SessionID); rpcErr != nil {
-			return nil, rpcErr
-		}
-		if rpcErr := c.files.write(p.Path, p.Content); rpcErr != nil {
-			c.log.Debug("agent file write refused", "path", p.Path, "err", rpcErr.Message)
-			return nil, rpcErr
-		}
-		// The schema's WriteTextFileResponse is an (empty) object.
-		return struct{}{}, nil
+// fsText is the content of a write, decoded straight from the request's
+// bytes into one buffer of at most their size, where encoding/json decodes
+// a string with escapes (every newline is one) into a buffer and then
+// copies it into the string.
+type fsText []byte
+
+// errNotUTF8 refuses a write whose JSON is not UTF-8, as RFC 8259 wants
+// it: replacing each byte with U+FFFD, as encoding/json would, could
+// triple the content beyond what the budget holds for it. Agents encode
+// strings as UTF-8 (JSON.stringify, serde_json) or ASCII (Python).
+var errNotUTF8 = errors.New("content is not UTF-8")
+
+func (t *fsText) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
 	}
-	return nil, &RPCError{Code: codeMethodNotFound, Message: "method not found: " + method}
+	out, err := jsontext.AppendUnquote(make([]byte, 0, len(b)), b)
+	if err != nil {
+		if !utf8.Valid(b) {
+			return errNotUTF8
+		}
+		// A lone surrogate (\ud800): encoding/json replaces it with
+		// U+FFFD where jsontext refuses, and so do we, at the cost of its
+		// copies; the content only shrinks.
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		out = []byte(s)
+	}
+	*t = out
+	return nil
+}
+
+// serveRead answers fs/read_text_file; see readAnswer.
+func (c *Conn) serveRead(id, params json.RawMessage) {
+	var p readParams
+	if json.Unmarshal(params, &p) != nil {
+		c.reply(id, nil, &RPCError{Code: codeInvalidParams, Message: "invalid params for fs/read_text_file"})
+		return
+	}
+	if rpcErr := c.checkSession(p.SessionID); rpcErr != nil {
+		c.reply(id, nil, rpcErr)
+		return
+	}
+	answer, release, rpcErr := c.files.readAnswer(c.fsq, id, p.Path, p.Line, p.Limit)
+	if rpcErr != nil {
+		c.log.Debug("agent file read refused", "path", p.Path, "err", rpcErr.Message)
+		c.reply(id, nil, rpcErr)
+		return
+	}
+	defer release()
+	if err := c.writeLine(answer); err != nil {
+		c.log.Debug("answer agent request", "err", err)
+	}
+}
+
+// serveWrite answers fs/write_text_file. Its request is bounded like a
+// read's answer, before its content is decoded: then the content, at most
+// the request's size, is held within the budget until it is on disk.
+func (c *Conn) serveWrite(id, params json.RawMessage) {
+	if len(params) > MaxFSMessage {
+		c.reply(id, nil, &RPCError{Code: codeInvalidParams, Message: fmt.Sprintf(
+			"cannot write: the params take %d bytes, more than the %d MiB an fs/write_text_file may take", len(params), MaxFSMessage>>20)})
+		return
+	}
+	release, rpcErr := c.fsq.acquire(int64(len(params)))
+	if rpcErr != nil {
+		c.reply(id, nil, rpcErr)
+		return
+	}
+	rpcErr = c.writeFile(params)
+	release()
+	if rpcErr != nil {
+		c.reply(id, nil, rpcErr)
+		return
+	}
+	// The schema's WriteTextFileResponse is an (empty) object.
+	c.reply(id, struct{}{}, nil)
+}
+
+func (c *Conn) writeFile(params json.RawMessage) *RPCError {
+	var p writeParams
+	if err := json.Unmarshal(params, &p); errors.Is(err, errNotUTF8) {
+		return &RPCError{Code: codeInvalidParams, Message: "invalid params for fs/write_text_file: " + err.Error()}
+	} else if err != nil {
+		return &RPCError{Code: codeInvalidParams, Message: "invalid params for fs/write_text_file"}
+	}
+	if rpcErr := c.checkSession(p.SessionID); rpcErr != nil {
+		return rpcErr
+	}
+	if rpcErr := c.files.write(p.Path, p.Content); rpcErr != nil {
+		c.log.Debug("agent file write refused", "path", p.Path, "err", rpcErr.Message)
+		return rpcErr
+	}
+	return nil
 }
 
 // checkSession refuses requests for another session. Before session/new has

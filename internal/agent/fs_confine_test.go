@@ -62,7 +62,7 @@ func TestFSConfinement(t *testing.T) {
 		{"InsideDirSymlink", "insidedir/a.txt", 0},
 	} {
 		t.Run("Read"+tc.name, func(t *testing.T) {
-			got, rpcErr := files.read(tc.path, nil, nil)
+			got, rpcErr := readText(t, files, tc.path, nil, nil)
 			if tc.code == 0 {
 				if rpcErr != nil || got != "inside\n" {
 					t.Fatalf("read %q = %q, %+v", tc.path, got, rpcErr)
@@ -97,7 +97,7 @@ func TestFSConfinement(t *testing.T) {
 		{"ErrMissingSiblingPrefix", filepath.Join(root, "sandbox-evil/missing.txt"), codeInvalidParams},
 	} {
 		t.Run("Read"+tc.name, func(t *testing.T) {
-			got, rpcErr := files.read(tc.path, nil, nil)
+			got, rpcErr := readText(t, files, tc.path, nil, nil)
 			if tc.code == 0 {
 				if rpcErr != nil || got != "" {
 					t.Fatalf("read %q = %q, %+v; want empty", tc.path, got, rpcErr)
@@ -121,7 +121,7 @@ func TestFSConfinement(t *testing.T) {
 		{"ErrAbsoluteOutside", filepath.Join(outside, "planted.txt")},
 	} {
 		t.Run("Write"+tc.name, func(t *testing.T) {
-			if rpcErr := files.write(tc.path, "planted\n"); rpcErr == nil || rpcErr.Code != codeInvalidParams {
+			if rpcErr := files.write(tc.path, []byte("planted\n")); rpcErr == nil || rpcErr.Code != codeInvalidParams {
 				t.Fatalf("write %q = %+v, want error %d", tc.path, rpcErr, codeInvalidParams)
 			}
 		})
@@ -146,7 +146,7 @@ func TestFSConfinement(t *testing.T) {
 		}
 	})
 	t.Run("WriteInsideDirSymlink", func(t *testing.T) {
-		if rpcErr := files.write("insidedir/b.txt", "bee\n"); rpcErr != nil {
+		if rpcErr := files.write("insidedir/b.txt", []byte("bee\n")); rpcErr != nil {
 			t.Fatalf("write through a symlink that stays inside: %+v", rpcErr)
 		}
 		if b, err := os.ReadFile(filepath.Join(dir, "notes", "b.txt")); err != nil || string(b) != "bee\n" {

@@ -67,6 +67,7 @@ func (c *Conn) supervise() {
 	c.proc.kill()
 	c.closeStdin()
 	c.stdout.Close()
+	c.fsCancel() // a file request waiting for the budget waits no more
 	c.workers.Wait()
 	c.files.close()
 
@@ -201,11 +202,10 @@ func (c *Conn) handleRequest(m *message) {
 			return
 		}
 		c.deliver(Inbound{Kind: Permission, Params: params, Request: RequestID{raw: id}})
-	case "fs/read_text_file", "fs/write_text_file":
-		c.work(func() {
-			result, rpcErr := c.serveFS(method, params)
-			c.reply(id, result, rpcErr)
-		})
+	case "fs/read_text_file":
+		c.work(func() { c.serveRead(id, params) })
+	case "fs/write_text_file":
+		c.work(func() { c.serveWrite(id, params) })
 	default:
 		c.log.Debug("agent request not supported", "method", method)
 		c.work(func() {

@@ -460,6 +460,13 @@ func TestEventsPage(t *testing.T) {
 		e := h.request(http.MethodGet, base+"?since="+strconv.FormatUint(last+5, 10), h.token, nil).fails(t, http.StatusGone, sandbox.ECursorStale)
 		checkMarks(t, e, ids[0], 0, last)
 	})
+	for _, cur := range oversizedCursors {
+		t.Run("ErrCursorStaleOversized", func(t *testing.T) {
+			last := ids[len(ids)-1]
+			e := h.request(http.MethodGet, base+"?since="+cur, h.token, nil).fails(t, http.StatusGone, sandbox.ECursorStale)
+			checkMarks(t, e, ids[0], 0, last)
+		})
+	}
 	t.Run("ErrCursorPruned", func(t *testing.T) {
 		h.prune(c.ID, ids[99])
 		last := ids[len(ids)-1]
@@ -474,9 +481,12 @@ func TestEventsPage(t *testing.T) {
 	})
 }
 
-// badCursors are cursors that are not a non-negative decimal integer that
-// fits 64 bits.
-var badCursors = []string{"-1", "abc", "1.5", " 1", "1 ", "+1", "0x10", "18446744073709551616", "1e3", ""}
+// badCursors are cursors that are not a non-negative decimal integer.
+var badCursors = []string{"-1", "abc", "1.5", " 1", "1 ", "+1", "0x10", "1e3", "１", ""}
+
+// oversizedCursors are decimal integers beyond 64 bits: beyond the last id
+// of any log, so cursor_stale (SPEC §6), not invalid_cursor.
+var oversizedCursors = []string{"18446744073709551616", "99999999999999999999999", strings.Repeat("9", 400)}
 
 func checkMarks(t testing.TB, e apiError, oldest, pruned, last uint64) {
 	t.Helper()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"os"
@@ -114,8 +115,10 @@ func jsonKind(goKind string) string {
 	}
 }
 
-// parseCursor parses an event cursor: a non-negative decimal integer, digits
-// only, that fits 64 bits. Anything else is invalid_cursor.
+// parseCursor parses an event cursor: a non-negative decimal integer,
+// digits only. Anything else is invalid_cursor. A number beyond 64 bits is
+// a well-formed cursor beyond every log's last id, so it reads as the
+// largest id and the log answers it cursor_stale (SPEC §6).
 func parseCursor(s string) (uint64, error) {
 	if s == "" {
 		return 0, sandbox.Errorf(sandbox.EInvalidCursor, "cursor is empty; send a non-negative decimal event id")
@@ -127,7 +130,7 @@ func parseCursor(s string) (uint64, error) {
 	}
 	v, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return 0, sandbox.Errorf(sandbox.EInvalidCursor, "cursor %q is out of range", s)
+		return math.MaxUint64, nil
 	}
 	return v, nil
 }

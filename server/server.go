@@ -68,7 +68,7 @@ type Config struct {
 	// open, the retention loop runs). /readyz needs no token, like /healthz.
 	Ready func() error
 	// Isolation names what confines the agents' processes, for /readyz:
-	// e.g. "landlock+namespaces", or "off".
+	// e.g. "landlock+namespaces; limits: cgroup1", or "off".
 	Isolation string
 	// Observer is told about streams, for metrics; nil observes nothing.
 	Observer Observer
@@ -76,6 +76,14 @@ type Config struct {
 	// to call the API from their pages; see cors.go. Empty sends no CORS
 	// header at all.
 	CORSOrigins []string
+	// MaxConnections caps the connections open at once, and
+	// MaxUnauthenticatedConnections those of them that have shown no
+	// valid token yet, each of which gets UnauthenticatedIdleTimeout for
+	// every wait on its client (zero values take the defaults; see
+	// connlimit.go). They apply to the listener Serve is given.
+	MaxConnections                int
+	MaxUnauthenticatedConnections int
+	UnauthenticatedIdleTimeout    time.Duration
 }
 
 // Observer is told what the streams do.
@@ -117,6 +125,7 @@ type Server struct {
 
 	snapshots snapshotCache // see sse.go
 	tails     tails         // see sse_tail.go
+	conns     *connLimiter  // see connlimit.go
 }
 
 // Body and timing limits.
@@ -147,10 +156,13 @@ func New(cfg Config) *Server {
 		cfg.Observer = nopObserver{}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, b: cfg.Backend, log: cfg.Logger, ctx: ctx, cancel: cancel, cors: newCORSPolicy(cfg.CORSOrigins)}
+	s := &Server{cfg: cfg, b: cfg.Backend, log: cfg.Logger, ctx: ctx, cancel: cancel, cors: newCORSPolicy(cfg.CORSOrigins),
+		conns: newConnLimiter(cfg, cfg.Logger)}
 	s.router = s.newRouter()
 	s.httpSrv = &http.Server{
-		Handler: s,
+		Handler:     s,
+		ConnState:   s.conns.connState,
+		ConnContext: withConn,
 		// No WriteTimeout: streams last as long as their clients stay. Each
 		// response bounds its own writes instead (see Config.WriteTimeout).
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -301,6 +313,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A stream that ended on a kept-alive connection leaves its deadline
 	// behind; until this answer's first write sets its own, there is none.
 	_ = rw.rc.SetWriteDeadline(time.Time{})
+	s.noteToken(rw, r)
 
 	switch {
 	case s.cors.handle(rw, r): // a preflight, answered
@@ -438,7 +451,7 @@ func (s *Server) Listen(addr string) (net.Listener, error) {
 // Serve answers connections on l until Shutdown; it returns nil after a
 // Shutdown and the listener's error otherwise.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.httpSrv.Serve(l)
+	err := s.httpSrv.Serve(s.conns.listener(l))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

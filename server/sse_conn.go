@@ -148,7 +148,7 @@ func (h *hijacked) Write(p []byte) (int, error) {
 		size := strconv.AppendUint(make([]byte, 0, chunkReserve), uint64(len(p)), 16)
 		bufs := net.Buffers{append(size, "\r\n"...), p, []byte("\r\n")}
 		h.extend()
-		n, err := bufs.WriteTo(h.conn)
+		n, err := bufs.WriteTo(rawConn(h.conn))
 		h.count(n)
 		if err != nil {
 			return 0, err

@@ -47,7 +47,10 @@
 //     (Config.DataDir: another sandbox, this sandbox's private HOME, the
 //     token, the database) is replaced whole by DataDirPlaceholder,
 //     "[data-dir]", so no host layout, sandbox id or file name of it shows.
-//     Both directories are matched as given and symlink-resolved. A path
+//     Both directories are matched as given and symlink-resolved, and in
+//     any spelling with repeated slashes or "." segments
+//     ("//srv//data/./token" is the data dir's token; ".." is kept, so
+//     "…/work/../home" reads "../home" however it is spelled). A path
 //     starts at the start of the text, after a slash (file:///…) or after
 //     a byte that is not part of a name, and ends at whitespace, a quote, a
 //     bracket, shell punctuation, ':' or '=' or any non-ASCII byte; a root

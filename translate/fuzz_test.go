@@ -43,6 +43,15 @@ t9
 p{"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t1","title":"rm /srv/data/sandboxes/c_1/work"},"options":[{"optionId":"agent-secret-id-o1","name":"Allow /srv/data/sparkles.db","kind":"allow_once"}]}
 x/srv/data/sandboxes/c_1/work/a.go failed
 e2`,
+	`{"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"I wrote //srv//data//sand"}}}
+t2
+{"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"boxes/./c_1//work//notes.txt and /srv/./data/tok"}}}
+t9
+{"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"en."}}}
+{"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"cat //srv/data/sandboxes//c_2/work/x","kind":"read","locations":[{"path":"/srv/data//sandboxes/c_1/./work/a.go"}]}}
+p{"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t1","title":"rm /srv/data/./sandboxes/c_1/work/."},"options":[{"optionId":"agent-secret-id-o1","name":"Allow file:///srv//data/sparkles.db","kind":"allow_once"}]}
+x//srv//data/sandboxes/c_1/work/a.go failed
+e2`,
 	`{"sessionId":"sess-secret-1","update":{"sessionUpdate":"plan","entries":[{"content":"zq-canary-7f3a9","priority":"high","status":"pending"}]}}
 {"sessionId":"sess-secret-1","update":{"sessionUpdate":"brand_new","messageId":"agent-secret-id-m9"}}
 {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"image","data":"zq-canary-7f3a9"}}}
@@ -214,20 +223,19 @@ func checkFuzzEvents(t *testing.T, evs []*sandbox.Event) {
 
 // absUnder returns a string of decoded event data that holds an absolute
 // path under root, as the rewrite tells one from another name ("/srv/data"
-// in "/srv/database" is none).
+// in "/srv/database" is none), spelled as it is or with repeated slashes
+// and "." segments.
 func absUnder(v any, root string) (string, bool) {
 	switch v := v.(type) {
 	case string:
-		for off := 0; off < len(v); {
-			j := strings.Index(v[off:], root)
-			if j < 0 {
-				break
-			}
-			p := off + j
-			if pathStart(v, p) && !nameGoesOn(v, p+len(root)) {
+		if holdsRoot(v, root, func(p int) bool { return pathStart(v, p) }) {
+			return v, true
+		}
+		for _, r := range uncleanRuns(v) {
+			c, _, joined := cleanPath(v[r[0]:r[1]], false)
+			if holdsRoot(c, root, func(p int) bool { return p == 0 || !isNameChar(c[p-1]) || joined[p] }) {
 				return v, true
 			}
-			off = p + 1
 		}
 	case map[string]any:
 		for _, x := range v {
@@ -243,6 +251,21 @@ func absUnder(v any, root string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+func holdsRoot(s, root string, start func(p int) bool) bool {
+	for off := 0; off < len(s); {
+		j := strings.Index(s[off:], root)
+		if j < 0 {
+			return false
+		}
+		p := off + j
+		if start(p) && !nameGoesOn(s, p+len(root)) {
+			return true
+		}
+		off = p + 1
+	}
+	return false
 }
 
 // blank empties the free-text fields of decoded event data.

@@ -46,6 +46,21 @@ func TestRewritePaths(t *testing.T) {
 		{"OrdinaryText", "a/b, 1/2 and /etc/passwd: see docs/srv/data", "a/b, 1/2 and /etc/passwd: see docs/srv/data"},
 		{"Slash", "/", "/"},
 		{"Empty", "", ""},
+		// Spellings cleaning changes are matched as cleaned.
+		{"RepeatedSlashes", "//srv//data//sandboxes//c_1//work/a", "a"},
+		{"DotSegments", "cd /srv/./data/sandboxes/c_1/./work", "cd ."},
+		{"DotSegmentsNested", "cat /srv/data/./sandboxes/c_1/work/./src//a.go:3", "cat src//a.go:3"},
+		{"UncleanWorkDirDot", "cd /srv/data//sandboxes/c_1/work/.", "cd ."},
+		{"UncleanWorkDirTrailingSlash", "ls //srv//data/sandboxes/c_1/work//", "ls ./"},
+		{"UncleanWorkDirTrailingDot", "ls /srv/data/sandboxes/c_1/work//./", "ls ."},
+		{"UncleanWorkDirEndsSentence", "I am in /srv/data//sandboxes/c_1/work.", "I am in ./."},
+		{"UncleanToken", "read //srv//data//token.", "read " + DataDirPlaceholder + "."},
+		{"UncleanOtherSandbox", "x//srv//data/sandboxes/c_2", "x/" + DataDirPlaceholder},
+		{"UncleanAfterWorkPath", w + "/a//srv//data/token", "a/" + DataDirPlaceholder},
+		{"UncleanFileURI", "file:///srv//data/sandboxes/c_1/work/a.go", "file://a.go"},
+		{"UncleanParent", "//srv//data//sandboxes//c_1//work/../home", "../home"},
+		{"UncleanDotName", "/srv/data/sandboxes/c_1//work/.git/config", ".git/config"},
+		{"UncleanNotUnderRoot", "https://example.com//a/./b and /srv/./database/x", "https://example.com//a/./b and /srv/./database/x"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := tr.redact(tt.in); got != tt.want {
@@ -184,6 +199,15 @@ func TestHoldPaths(t *testing.T) {
 		{"a/b/c", "a/b/c"},
 		{"x//srv/d", "x/"},
 		{"(" + testDir + "/a", "("},
+		{"see //srv//da", "see "},
+		{"see /srv/./", "see "},
+		{"see /srv/.", "see "},
+		{"see /srv/data/.", "see "},
+		{"see //srv/data", "see "},
+		{"x//srv//d", "x/"},
+		{"file:///srv//d", "file://"},
+		{"see //etc//passwd", "see //etc//passwd"},
+		{"see /srv/./database", "see /srv/./database"},
 	} {
 		if got := tt.in[:r.hold(tt.in)]; got != tt.want {
 			t.Fatalf("hold(%q) keeps %q, want %q", tt.in, got, tt.want)
@@ -203,6 +227,9 @@ func TestStreamedPathsNeverShow(t *testing.T) {
 		{"other " + testDataDir + "/sandboxes/c_10/work/x.go:3 too", "other " + DataDirPlaceholder + ":3 too"},
 		{"`" + testDir + "/a.go:12` and `" + testDir + "`.", "`a.go:12` and `.`."},
 		{"ends with " + testDir + "/notes.txt", "ends with notes.txt"},
+		{"I wrote //srv//data//sandboxes//c_1//work//notes.txt for you.", "I wrote notes.txt for you."},
+		{"cwd is /srv/./data/sandboxes/c_1/work/. then", "cwd is . then"},
+		{"token at //srv/data//./token, ok", "token at " + DataDirPlaceholder + ", ok"},
 	}
 	// The texts hold no slash but those of the roots, and no rewrite leaves
 	// one, so a leak is any slash in a snapshot.

@@ -300,18 +300,19 @@ func TestEvictLeastRecentlyUsed(t *testing.T) {
 
 // TestAgentEnv runs the demo agent from a registry entry and reads its
 // environment back: registry env < pass_env < sandbox env < secrets, and
-// the registry's env wins over the server's base (HOME).
+// the registry's env wins over the server's base (HOME). (The names say
+// nothing of credentials: a PASS_… value would be redacted as one.)
 func TestAgentEnv(t *testing.T) {
-	t.Setenv("PASS_B", "from-server")
-	t.Setenv("PASS_C", "from-server")
+	t.Setenv("VAR_B", "from-server")
+	t.Setenv("VAR_C", "from-server")
 	t.Setenv("NOT_PASSED", "from-server")
 	demo := demoAgent()
-	demo.Env = map[string]string{"PASS_A": "from-registry", "PASS_B": "from-registry", "PASS_C": "from-registry", "PASS_D": "from-registry", "HOME": "/registry/home"}
-	demo.PassEnv = []string{"PASS_B", "PASS_C", "PASS_D", "PASS_MISSING"}
+	demo.Env = map[string]string{"VAR_A": "from-registry", "VAR_B": "from-registry", "VAR_C": "from-registry", "VAR_D": "from-registry", "HOME": "/registry/home"}
+	demo.PassEnv = []string{"VAR_B", "VAR_C", "VAR_D", "VAR_MISSING"}
 	e := newEnv(t, func(c *coordinator.Config) { c.Agents = registry.Registry{"demo": demo} })
 	sb := e.create(coordinator.CreateParams{
-		Env:     map[string]string{"PASS_C": "from-sandbox", "PASS_D": "from-sandbox"},
-		Secrets: map[string]string{"PASS_D": "secret-value-0123456789"},
+		Env:     map[string]string{"VAR_C": "from-sandbox", "VAR_D": "from-sandbox"},
+		Secrets: map[string]string{"VAR_D": "secret-value-0123456789"},
 	})
 	text := ""
 	for _, ev := range e.turnOf(sb, "env") {
@@ -319,12 +320,12 @@ func TestAgentEnv(t *testing.T) {
 			text = d.Text
 		}
 	}
-	for _, want := range []string{"PASS_A=from-registry", "PASS_B=from-server", "PASS_C=from-sandbox", "PASS_D=[REDACTED]", "HOME=/registry/home"} {
+	for _, want := range []string{"VAR_A=from-registry", "VAR_B=from-server", "VAR_C=from-sandbox", "VAR_D=[REDACTED]", "HOME=/registry/home"} {
 		if !strings.Contains(text, want+" ") && !strings.Contains(text, want+".") {
 			t.Errorf("the agent's environment lacks %s: %q", want, text)
 		}
 	}
-	for _, bad := range []string{"NOT_PASSED", "PASS_MISSING"} {
+	for _, bad := range []string{"NOT_PASSED", "VAR_MISSING"} {
 		if strings.Contains(text, bad) {
 			t.Errorf("the agent's environment has %s: %q", bad, text)
 		}

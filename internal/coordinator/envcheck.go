@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -71,12 +72,17 @@ func checkNoNUL(field string, m map[string]string) error {
 }
 
 // redactions are the values redacted from every string of sandbox id: its
-// secrets and the server's own (Config.Redact), sorted so that a
-// translator built twice redacts the same way.
+// secrets, the credentials the operator gives any agent (registry env and
+// pass_env; translate.OperatorValues tells which values) and the server's
+// own (Config.Redact), sorted so that a translator built twice redacts the
+// same way.
 func (c *Coordinator) redactions(id string, secrets map[string]string) []string {
 	out := make([]string, 0, len(secrets)+2)
 	for _, v := range secrets {
 		out = append(out, v)
+	}
+	for _, a := range c.cfg.Agents {
+		out = append(out, translate.OperatorValues(a.Environ(os.LookupEnv))...)
 	}
 	if c.cfg.Redact != nil {
 		out = append(out, c.cfg.Redact(id)...)

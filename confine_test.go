@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -120,6 +121,28 @@ func loopbackListener(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// greeter answers every connection on 127.0.0.1 with a line, name, until
+// the test ends, and returns its port.
+func greeter(t *testing.T, name string) int {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintln(c, name)
+			c.Close()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
 // hostileTurn creates a sandbox of the hostile agent with env, runs one
 // turn and returns the sandbox id and the agent's report.
 func hostileTurn(t *testing.T, p *serveProc, dataDir string, env map[string]string) (string, map[string]probeResult) {
@@ -207,23 +230,35 @@ func TestConfinement(t *testing.T) {
 				}
 			}()
 			addr := loopbackListener(t)
+			hostPort := greeter(t, "host-port")
+			// A daemon's socket outside /tmp, /run and the home (think
+			// /var/lib/mysql/mysql.sock): not mounted in the agent's view.
+			sock := filepath.Join(uncoveredDir(t), "daemon.sock")
+			if l, err := net.Listen("unix", sock); err != nil {
+				t.Fatal(err)
+			} else {
+				t.Cleanup(func() { l.Close() })
+			}
+			os.Chmod(filepath.Dir(sock), 0o755)
+			os.Chmod(sock, 0o777)
 			killMe, traceMe := victim(t), victim(t)
 
 			p := startServe(t, cliEnv(t, "HOME="+home), dataDir, "",
-				"--agent", "hostile="+hostile, "--isolation", mode)
+				"--agent", "hostile="+hostile, "--isolation", mode, "--agent-host-port", strconv.Itoa(hostPort))
 			p.waitServing()
 			token, err := os.ReadFile(filepath.Join(dataDir, "token")) // generated: a file to steal
 			if err != nil {
 				t.Fatal(err)
 			}
 			p.token = strings.TrimSpace(string(token))
-			wantIsolation := map[string]string{"on": "landlock+namespaces", "off": "off"}[mode]
+			// Confined, it goes on to say what bounds memory and processes.
+			wantIsolation := map[string]string{"on": "landlock+namespaces; limits: ", "off": "off"}[mode]
 			var ready struct{ Status, Isolation string }
 			p.mustCall(http.MethodGet, "/readyz", nil, http.StatusOK, &ready)
-			if ready.Isolation != wantIsolation {
-				t.Errorf("/readyz says isolation %q, want %q", ready.Isolation, wantIsolation)
+			if !strings.HasPrefix(ready.Isolation, wantIsolation) {
+				t.Errorf("/readyz says isolation %q, want %q…", ready.Isolation, wantIsolation)
 			}
-			p.waitLog(`"isolation":"` + wantIsolation + `"`)
+			p.waitLog(`"isolation":"` + wantIsolation)
 			abi := logABI(t, p)
 
 			// Sandbox A only lives: its files and its agent are what B goes for.
@@ -234,7 +269,12 @@ func TestConfinement(t *testing.T) {
 					_ = syscall.Kill(pid, syscall.SIGKILL)
 				}
 			})
-			idA, _ := hostileTurn(t, p, dataDir, map[string]string{"HOSTILE_MARKER": markA})
+			// A serves on its 127.0.0.1, which B must not reach.
+			idA, rA := hostileTurn(t, p, dataDir, map[string]string{"HOSTILE_MARKER": markA, "HOSTILE_LISTEN": "a=0"})
+			if !rA["listen:a"].OK {
+				t.Fatalf("A could not serve on its loopback: %s", rA["listen:a"].Err)
+			}
+			servedA := "127.0.0.1:" + rA["listen:a"].Detail
 			otherFile := filepath.Join(dataDir, "sandboxes", idA, "work", "secret.txt")
 			if err := os.WriteFile(otherFile, []byte("A's"), 0o600); err != nil {
 				t.Fatal(err)
@@ -266,9 +306,22 @@ func TestConfinement(t *testing.T) {
 				"HOSTILE_SEE":    joinTargets(map[string]string{"agent": agentA, "server": server}),
 				"HOSTILE_KILL":   "victim=" + strconv.Itoa(killMe),
 				"HOSTILE_PTRACE": "victim=" + strconv.Itoa(traceMe),
-				"HOSTILE_DIAL":   "loopback=" + addr,
+				"HOSTILE_DIAL":   joinTargets(map[string]string{"loopback": addr, "api": strings.TrimPrefix(p.url, "http://")}),
+				"HOSTILE_FETCH": joinTargets(map[string]string{
+					"sandbox-a": servedA,
+					"host-port": "127.0.0.1:" + strconv.Itoa(hostPort),
+				}),
 				"HOSTILE_UNIX":   "abstract=" + abstract,
 				"HOSTILE_STDERR": "flood=30",
+				"HOSTILE_SYSCALL": "keyring,add_key,unshare-user,clone-newuser,clone3,mount,bpf,perf,userfaultfd," +
+					"init_module,kexec,reboot,setns,tiocsti,x32,i386,io_uring",
+				"HOSTILE_UNIXPATH": "var-tmp=" + sock,
+				// Confined only: unconfined, root would make them so.
+				"HOSTILE_CHMOD": map[bool]string{true: joinTargets(map[string]string{
+					"agent-binary": hostile, // root's, and in the agent's view
+					"data-dir":     dataDir,
+					"token":        filepath.Join(dataDir, "token"),
+				})}[confined],
 			})
 			for name, res := range r {
 				kind, _, _ := strings.Cut(name, ":")
@@ -283,21 +336,40 @@ func TestConfinement(t *testing.T) {
 					if !confined && !res.OK {
 						t.Errorf("%s unconfined: %s", name, res.Err)
 					}
-				case "read", "see", "kill", "ptrace", "unix":
+				case "read", "see", "kill", "ptrace", "unix", "unixpath", "dial":
 					if name == "unix:abstract" && confined && abi < 6 {
 						continue // this kernel's Landlock cannot scope abstract sockets
 					}
 					if res.OK == confined {
 						t.Errorf("%s: ok=%v %s, want ok=%v", name, res.OK, res.Err, !confined)
 					}
-				case "dial":
-					if !res.OK {
-						t.Errorf("%s with network open: %s", name, res.Err)
+				case "fetch":
+					// The host port alone is the agent's in both modes.
+					if want := name == "fetch:host-port" || !confined; res.OK != want {
+						t.Errorf("%s: ok=%v %s %s, want ok=%v", name, res.OK, res.Detail, res.Err, want)
+					}
+				case "chmod", "chown", "utimes", "xattr":
+					if res.OK {
+						t.Errorf("%s: the agent changed a host file", name)
+					}
+				case "syscall":
+					// Unconfined, some fail too (reboot's magic is wrong): only
+					// the confined run says something of the filter.
+					if confined && res.OK {
+						t.Errorf("%s: ok (%s), want it denied by the seccomp filter", name, res.Detail)
 					}
 				}
 			}
 			if len(r) < 20 {
 				t.Fatalf("the report has %d probes, want every one: %v", len(r), r)
+			}
+			if got := r["fetch:host-port"].Detail; got != "host-port" {
+				t.Errorf("the agent read %q from its host port, want the host's service", got)
+			}
+			if c, err := net.DialTimeout("tcp4", servedA, 5*time.Second); (err == nil) == confined {
+				t.Errorf("the host dialing what A serves on its loopback: %v, want reached=%v", err, !confined)
+			} else if err == nil {
+				c.Close()
 			}
 			if !confined {
 				return // unconfined, the agent's processes outlive what follows: nothing to check
@@ -305,6 +377,11 @@ func TestConfinement(t *testing.T) {
 			for _, leaked := range []string{hostTmp, filepath.Join(dataDir, "hostile"), filepath.Join(home, "hostile")} {
 				if _, err := os.Stat(leaked); err == nil {
 					t.Errorf("the agent wrote %s", leaked)
+				}
+			}
+			for path, want := range map[string]os.FileMode{hostile: 0o755, dataDir: 0o700 | os.ModeDir, filepath.Join(dataDir, "token"): 0o600} {
+				if fi, err := os.Stat(path); err != nil || fi.Mode() != want {
+					t.Errorf("%s after the agent's turn: %v (%v), want %v", path, fi.Mode(), err, want)
 				}
 			}
 			if r["write:agent-log"].OK {
@@ -340,16 +417,22 @@ func TestConfinement(t *testing.T) {
 
 // TestConfinementNetworkNone: with --agent-network none the agent has a
 // network of its own: the test's loopback listener is out of its reach,
-// while everything else it is allowed still works.
+// the host port named by --agent-host-port is not, and everything else it
+// is allowed still works.
 func TestConfinementNetworkNone(t *testing.T) {
 	hostile := buildHostileAgent(t)
 	dataDir := t.TempDir()
-	addr := loopbackListener(t)
-	p := startServe(t, cliEnv(t), dataDir, "confine-token", "--agent", "hostile="+hostile, "--agent-network", "none")
+	addr, hostPort := loopbackListener(t), greeter(t, "host-port")
+	p := startServe(t, cliEnv(t), dataDir, "confine-token", "--agent", "hostile="+hostile, "--agent-network", "none",
+		"--agent-host-port", strconv.Itoa(hostPort))
 	p.waitServing()
-	_, r := hostileTurn(t, p, dataDir, map[string]string{"HOSTILE_MARKER": randomMarker(t), "HOSTILE_DIAL": "loopback=" + addr})
+	_, r := hostileTurn(t, p, dataDir, map[string]string{"HOSTILE_MARKER": randomMarker(t), "HOSTILE_DIAL": "loopback=" + addr,
+		"HOSTILE_FETCH": "host-port=127.0.0.1:" + strconv.Itoa(hostPort)})
 	if r["dial:loopback"].OK {
 		t.Error("the agent reached the host's loopback with network none")
+	}
+	if got := r["fetch:host-port"]; got.Detail != "host-port" {
+		t.Errorf("the agent's host port with network none: %q %s, want the host's service", got.Detail, got.Err)
 	}
 	for _, c := range []string{"control:work", "control:home", "control:tmpdir", "control:sh"} {
 		if !r[c].OK {
@@ -360,22 +443,25 @@ func TestConfinementNetworkNone(t *testing.T) {
 
 // TestConfinementPerAgent: an agent's registry entry adds to the server's
 // confinement: "network": "none" cuts that agent alone off the network,
-// and "write_paths" lets it write there, while another agent keeps the
-// server's settings. A path the rules refuse is one error at start.
+// "write_paths" lets it write there and "host_ports" reach that port of
+// the host's loopback, while another agent keeps the server's settings
+// (and reaches nothing of the host's loopback). A path the rules refuse is
+// one error at start.
 func TestConfinementPerAgent(t *testing.T) {
 	hostile := buildHostileAgent(t)
 	dataDir, extra := uncoveredDir(t), uncoveredDir(t)
-	addr := loopbackListener(t)
+	addr, hostPort := loopbackListener(t), greeter(t, "host-port")
 	file := filepath.Join(t.TempDir(), "agents.json")
 	writeAgents := func(writePath string) {
 		b, _ := json.Marshal(map[string]any{"agents": map[string]any{
-			"closed": map[string]any{"command": hostile, "network": "none", "write_paths": []string{writePath}},
+			"closed": map[string]any{"command": hostile, "network": "none", "write_paths": []string{writePath}, "host_ports": []int{hostPort}},
 			"open":   map[string]any{"command": hostile},
 		}})
 		if err := os.WriteFile(file, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
+	giveToAgents(t, extra)
 	writeAgents(extra)
 	p := startServe(t, cliEnv(t), dataDir, "confine-token", "--agents-file", file)
 	p.waitServing()
@@ -384,6 +470,7 @@ func TestConfinementPerAgent(t *testing.T) {
 			"HOSTILE_MARKER": randomMarker(t),
 			"HOSTILE_DIAL":   "loopback=" + addr,
 			"HOSTILE_WRITE":  joinTargets(map[string]string{"extra": filepath.Join(extra, name)}),
+			"HOSTILE_FETCH":  "host-port=127.0.0.1:" + strconv.Itoa(hostPort),
 		}
 	}
 	_, closed := hostileTurnAs(t, p, dataDir, "closed", target("closed"))
@@ -391,8 +478,12 @@ func TestConfinementPerAgent(t *testing.T) {
 	if closed["dial:loopback"].OK {
 		t.Error(`the agent with "network": "none" reached the host's loopback`)
 	}
-	if !open["dial:loopback"].OK {
-		t.Errorf("the agent with the server's network could not dial: %s", open["dial:loopback"].Err)
+	if open["dial:loopback"].OK {
+		t.Error("the agent with the server's network reached the host's loopback")
+	}
+	if !closed["fetch:host-port"].OK || open["fetch:host-port"].OK {
+		t.Errorf("host port: the agent given it %v (%s), the other %v; want only the first to reach it",
+			closed["fetch:host-port"].OK, closed["fetch:host-port"].Err, open["fetch:host-port"].OK)
 	}
 	if _, err := os.Stat(filepath.Join(extra, "closed")); err != nil || !closed["write:extra"].OK {
 		t.Errorf("the agent could not write its write_paths (%v, %s)", err, closed["write:extra"].Err)
@@ -473,4 +564,29 @@ func TestServeConfineFlags(t *testing.T) {
 	serveFails(t, "--agent-read-path \"relative\": want an absolute path", append(common, "--data-dir", t.TempDir(), "--agent-read-path", "relative")...)
 	data := t.TempDir()
 	serveFails(t, "which agents must not reach", append(common, "--data-dir", data, "--agent-write-path", filepath.Dir(data))...)
+	serveFails(t, "--agent-host-port 70000: want a TCP port from 1 to 65535", append(common, "--data-dir", t.TempDir(), "--agent-host-port", "70000")...)
+}
+
+// TestServeWithoutPasta: where pasta is not installed, serve runs agents
+// with network none, and says so in its log and /readyz, so that a fresh
+// machine still runs them; an operator who asked for open gets a refusal
+// that names pasta.
+func TestServeWithoutPasta(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // serve's environment: no pasta on it
+	serveFails(t, "--agent-network open: pasta is not installed (apt-get install passt)",
+		"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--agent-network", "open")
+
+	dataDir := t.TempDir()
+	p := startServe(t, cliEnv(t), dataDir, "confine-token")
+	p.waitServing()
+	p.waitLog("agents get network none")
+	var ready struct{ Isolation string }
+	p.mustCall(http.MethodGet, "/readyz", nil, http.StatusOK, &ready)
+	if !strings.Contains(ready.Isolation, "network none: pasta is not installed") {
+		t.Errorf("/readyz says isolation %q, want it to say agents have network none for want of pasta", ready.Isolation)
+	}
+	var sb sandbox.Sandbox
+	p.mustCall(http.MethodPost, "/v1/sandboxes", map[string]any{}, http.StatusCreated, &sb)
+	p.mustCall(http.MethodPost, "/v1/sandboxes/"+sb.ID+"/turns", map[string]string{"input": "hello"}, http.StatusAccepted, nil)
+	streamUntil(t, p, sb.ID, isFrame(sandbox.TypeTurnCompleted))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -85,12 +86,15 @@ func TestAgentConformance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			giveToAgents(t, home)
 			runConformance(t, conformanceAgent{
 				name: a.Name,
 				// The adapter's config files (a HOME, a CODEX_HOME) are
 				// the test's: the confined agent is let write them, as an
 				// operator lets an agent keep state outside its sandbox.
-				register: []string{"--agent", a.Name + "=" + strings.Join(argv, " "), "--agent-write-path", home},
+				// The fake model listens on the host's loopback, which a
+				// confined agent reaches only by a host port.
+				register: []string{"--agent", a.Name + "=" + strings.Join(argv, " "), "--agent-write-path", home, "--agent-host-port", urlPort(t, model.URL)},
 				env:      env,
 				secrets:  secrets,
 				script:   script,
@@ -713,4 +717,14 @@ func killStrays(t *testing.T, dir string) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
+}
+
+// urlPort is the port of a test server's URL (http://127.0.0.1:PORT).
+func urlPort(t *testing.T, raw string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil || u.Port() == "" {
+		t.Fatalf("no port in %q: %v", raw, err)
+	}
+	return u.Port()
 }

@@ -57,12 +57,14 @@ func runResume(t *testing.T, a agentsuite.Adapter, argv []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	giveToAgents(t, home)
 	dataDir := t.TempDir()
 	t.Cleanup(func() { killStrays(t, dataDir) })
 	const token = "spk_resume_test_token_0123456789"
 	// The adapter keeps its sessions under its HOME, the test's: the
 	// confined agent is let write it, as in the conformance suite.
-	args := []string{"--boot-timeout", "90s", "--agent-idle-timeout", "2s", "--agent", a.Name + "=" + strings.Join(argv, " "), "--agent-write-path", home}
+	args := []string{"--boot-timeout", "90s", "--agent-idle-timeout", "2s", "--agent", a.Name + "=" + strings.Join(argv, " "), "--agent-write-path", home,
+		"--agent-host-port", urlPort(t, model.URL)}
 	p := startServe(t, cliEnv(t), dataDir, token, args...)
 	p.waitServing()
 	var sb sandbox.Sandbox

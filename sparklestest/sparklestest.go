@@ -77,6 +77,7 @@ type config struct {
 	flush        time.Duration
 	logger       *slog.Logger
 	isolation    string
+	hostPorts    []int
 	retention    retention.Config
 	noRetention  bool
 	noConsole    bool
@@ -115,13 +116,18 @@ type Agent struct {
 	// test's own environment handed over as they are.
 	Env     map[string]string
 	PassEnv []string
+	// HostPorts are ports of the test's loopback (127.0.0.1) the
+	// agent's processes may reach, as the agents file's host_ports:
+	// confined, an agent reaches nothing else of it (see
+	// WithAgentHostPort).
+	HostPorts []int
 }
 
 // WithRegisteredAgent registers an agent as an entry of the agents file
 // has it.
 func WithRegisteredAgent(name string, a Agent) Option {
 	return func(c *config) {
-		c.agents[name] = registry.Agent{Command: a.Command, Args: a.Args, Env: a.Env, PassEnv: a.PassEnv}
+		c.agents[name] = registry.Agent{Command: a.Command, Args: a.Args, Env: a.Env, PassEnv: a.PassEnv, HostPorts: a.HostPorts}
 	}
 }
 
@@ -137,6 +143,14 @@ func WithBuiltinAgent(name string, run func(ctx context.Context, stdin io.Reader
 // "off" runs them with the test's rights. In-process agents are never
 // confined.
 func WithIsolation(mode string) Option { return func(c *config) { c.isolation = mode } }
+
+// WithAgentHostPort lets every confined agent reach port of the test's
+// 127.0.0.1 (a fake model API, say) at the same port of its own, as
+// serve's --agent-host-port: a confined agent has a network namespace of
+// its own and reaches nothing else of the test's loopback.
+func WithAgentHostPort(port int) Option {
+	return func(c *config) { c.hostPorts = append(c.hostPorts, port) }
+}
 
 // WithRetention sets the retention loop's limits and interval (serve's
 // --retention-* flags); zero fields keep serve's defaults.
@@ -222,6 +236,7 @@ func (s *Server) start() error {
 		NoRetention:     s.cfg.noRetention,
 		NoConsole:       s.cfg.noConsole,
 		Isolation:       s.cfg.isolation,
+		Confine:         confine.Options{HostPorts: s.cfg.hostPorts},
 		Logger:          s.cfg.logger,
 	}
 	if err := m.Run(context.Background()); err != nil {

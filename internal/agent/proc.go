@@ -28,12 +28,20 @@ type Launcher interface {
 	Start(cmd *exec.Cmd, sandbox string, extra Confinement) (release func(), err error)
 }
 
+// exitReasoner is a Launcher that says why its limits stopped an agent
+// (over its memory limit), once cmd has been waited for.
+type exitReasoner interface {
+	ExitReason(cmd *exec.Cmd) string
+}
+
 // Confinement is what one agent's registry entry adds to the server-wide
-// confinement: its network ("open" or "none"; empty keeps the server's) and
-// paths it may read, or read and write, beyond its sandbox.
+// confinement: its network ("open" or "none"; empty keeps the server's),
+// paths it may read, or read and write, beyond its sandbox, and ports of
+// the host's loopback it may reach.
 type Confinement struct {
 	Network               string
 	ReadPaths, WritePaths []string
+	HostPorts             []int
 }
 
 // startCommand runs the agent as a process in a process group of its own,
@@ -72,10 +80,14 @@ func startCommand(cfg Config, dir, path string, env []string, stdin, stdout *os.
 		wait: func() *ExitError {
 			err := cmd.Wait()
 			release()
+			exit := &ExitError{Code: -1, state: fmt.Sprint(err)}
 			if st := cmd.ProcessState; st != nil {
-				return &ExitError{Code: st.ExitCode(), state: st.String()}
+				exit = &ExitError{Code: st.ExitCode(), state: st.String()}
 			}
-			return &ExitError{Code: -1, state: fmt.Sprint(err)}
+			if r, ok := cfg.Launcher.(exitReasoner); ok {
+				exit.Reason = r.ExitReason(cmd)
+			}
+			return exit
 		},
 	}, nil
 }

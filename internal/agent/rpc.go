@@ -113,11 +113,19 @@ func (e *ProtocolError) Error() string { return e.msg }
 
 // ExitError is why a connection ended when the agent process exited by itself.
 type ExitError struct {
-	Code  int    // exit code, -1 when the process was ended by a signal
-	state string // "exit status 3", "signal: killed"
+	Code int // exit code, -1 when the process was ended by a signal
+	// Reason is why the Launcher's limits stopped the agent (over its
+	// memory limit); empty when they did not.
+	Reason string
+	state  string // "exit status 3", "signal: killed"
 }
 
-func (e *ExitError) Error() string { return "agent exited: " + e.state }
+func (e *ExitError) Error() string {
+	if e.Reason != "" {
+		return "agent exited: " + e.state + ": " + e.Reason
+	}
+	return "agent exited: " + e.state
+}
 
 // ErrStopped is why a connection ended when Close stopped it.
 var ErrStopped = errors.New("agent was stopped")

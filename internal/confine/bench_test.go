@@ -17,14 +17,15 @@ import (
 // BenchmarkDemoBoot measures what confinement adds to an agent's boot: the
 // demo agent as a process (this test binary, as `sparkles agent demo` is
 // the sparkles binary), from agent.Start to an open ACP session
-// (initialize, session/new), without and with the launcher. Stopping the
-// agent is not timed.
+// (initialize, session/new), without and with the launcher (network open,
+// through pasta where it is installed, and none). Stopping the agent is
+// not timed.
 func BenchmarkDemoBoot(b *testing.B) {
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, mode := range []string{"unconfined", "confined"} {
+	for _, mode := range []string{"unconfined", "confined", "confined-none"} {
 		b.Run(mode, func(b *testing.B) {
 			base := varTmp(b)
 			cfg := agent.Config{
@@ -32,10 +33,14 @@ func BenchmarkDemoBoot(b *testing.B) {
 				Env:     []string{demoVar + "=1", "PATH=/usr/bin:/bin"},
 				Logger:  slog.New(slog.DiscardHandler),
 			}
-			if mode == "confined" {
+			if mode != "unconfined" {
 				data := filepath.Join(base, "data")
 				os.Mkdir(data, 0o700)
-				cfg.Launcher = newLauncher(b, confine.Options{DataDir: data})
+				opts := confine.Options{DataDir: data}
+				if mode == "confined-none" {
+					opts.Network = confine.NetworkNone
+				}
+				cfg.Launcher = newLauncher(b, opts)
 			}
 			for i := 0; b.Loop(); i++ {
 				b.StopTimer()

@@ -3,10 +3,13 @@ package confine
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // report is what the probe's check says of the confinement it runs in.
@@ -58,6 +61,13 @@ func check(args []string) int {
 	}
 	if st["CapEff"] != "0000000000000000" || st["CapBnd"] != "0000000000000000" {
 		fail("holds capabilities (effective %s, bounding %s)", st["CapEff"], st["CapBnd"])
+	}
+	if st["Seccomp"] != "2" {
+		fail("has no seccomp filter (Seccomp: %q)", st["Seccomp"])
+	}
+	// The filter's first reason to be: keyrings, which no namespace hides.
+	if _, err := unix.KeyctlGetKeyringID(unix.KEY_SPEC_USER_KEYRING, false); !errors.Is(err, unix.EPERM) {
+		fail("can use the kernel keyrings (keyctl: %v)", err)
 	}
 	r.Landlock = landlockABI()
 	r.OK = len(r.Failed) == 0

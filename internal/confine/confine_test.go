@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	if os.Getenv(asUserVar) != "" {
+	if os.Getenv(asUserVar) != "" || os.Getenv(seccompVar) != "" {
 		hostile = os.Getenv(hostileVar) // built by the run that started this one
 		os.Exit(m.Run())
 	}
@@ -211,8 +211,16 @@ func TestSandboxPaths(t *testing.T) {
 		os.Mkdir(d, 0o755)
 		os.WriteFile(filepath.Join(d, "f"), []byte("x"), 0o644)
 	}
+	if os.Getuid() == 0 {
+		// Root's agents run as AgentID: the operator gives it its write paths.
+		os.Chown(extraW, confine.AgentID, confine.AgentID)
+		os.Chown(filepath.Join(extraW, "f"), confine.AgentID, confine.AgentID)
+	}
 	os.WriteFile(filepath.Join(base, "beside"), []byte("x"), 0o644)
 	os.Mkdir(filepath.Join(base, "data"), 0o700)
+	os.WriteFile(filepath.Join(base, "data", "token"), []byte("x"), 0o600)
+	prog := filepath.Join(extraR, "prog")
+	os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755)
 	hostTmp, err := os.MkdirTemp("", "confine-host-tmp-")
 	if err != nil {
 		t.Fatal(err)
@@ -234,19 +242,37 @@ try beside 'cat ` + base + `/beside'
 try beside-write 'echo y > ` + base + `/new'
 try host-tmp 'cat ` + hostTmp + `/f'
 try host-tmp-write 'echo y > ` + hostTmp + `/g'
+try data-dir 'ls ` + filepath.Join(base, "data") + `'
+try chmod-host 'chmod 4755 ` + prog + `'
+try chmod-system 'chmod 0777 /etc/passwd'
+try touch-root 'touch /sparkles-x'
+try touch-usr 'touch /usr/sparkles-x'
+try kernel-keys 'test -s /proc/keys || grep -q . /proc/keys || grep -q . /proc/key-users'
+echo uid=$(id -u)
 `
 	out, err := runConfined(t, l, sb, []string{"PATH=/usr/bin:/bin"}, "/bin/sh", "-c", script)
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	for _, want := range []string{"system=yes", "work=yes", "home=yes", "tmpdir=yes", "extra-read=yes", "extra-read-write=no",
-		"extra-write=yes", "beside=no", "beside-write=no", "host-tmp=no", "host-tmp-write=no"} {
+		"extra-write=yes", "beside=no", "beside-write=no", "host-tmp=no", "host-tmp-write=no", "data-dir=no",
+		"chmod-host=no", "chmod-system=no", "touch-root=no", "touch-usr=no", "kernel-keys=no"} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("want %s in:\n%s", want, out)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(hostTmp, "g")); err == nil {
 		t.Error("the confined process wrote the host's /tmp")
+	}
+	if fi, err := os.Stat(prog); err != nil || fi.Mode() != 0o755 {
+		t.Errorf("a host program's mode after the agent ran: %v %v, want 0755", fi.Mode(), err)
+	}
+	want := "uid=" + strconv.Itoa(os.Getuid())
+	if os.Getuid() == 0 {
+		want = "uid=" + strconv.Itoa(confine.AgentID)
+	}
+	if !strings.Contains(out, want+"\n") {
+		t.Errorf("want %s in:\n%s", want, out)
 	}
 }
 
@@ -371,10 +397,16 @@ func TestUnprivileged(t *testing.T) {
 	if got := strings.Fields(out)[0]; got != strconv.Itoa(os.Getuid()) {
 		t.Errorf("the agent's uid is %s, want the server's own %d", got, os.Getuid())
 	}
-	r := hostileRun(t, opts, map[string]string{"HOSTILE_FORK": "sleepers=100"})
+	// The server user's keyring is this user's: an agent of the same uid
+	// could link it without the seccomp filter.
+	ring, secret := serverKey(t)
+	r := hostileRun(t, opts, map[string]string{"HOSTILE_FORK": "sleepers=100", "HOSTILE_SYSCALL": syscallProbes(ring)})
 	if n, _ := strconv.Atoi(r["fork:sleepers"].Detail); r["fork:sleepers"].OK || n >= 40 {
 		t.Errorf("the agent started %d of 100 processes with a limit of 40: %+v", n, r["fork:sleepers"])
 	}
+	checkSyscallProbes(t, r, secret)
+	// No cgroup for this user: the launcher's memory guard bounds memory.
+	t.Run("Memory", testMemoryLimit)
 }
 
 func copyFile(from, to string) error {
@@ -395,7 +427,8 @@ func copyFile(from, to string) error {
 }
 
 // TestSessionKeyring: the agent does not get the server's session keyring
-// (where Kerberos tickets and ecryptfs keys live), but an empty one.
+// (where Kerberos tickets and ecryptfs keys live), but an empty one, which
+// the seccomp filter then keeps it from using at all.
 func TestSessionKeyring(t *testing.T) {
 	l := newLauncher(t, confine.Options{})
 	sb := sandboxDir(t, varTmp(t), "keyring")
@@ -416,8 +449,8 @@ func TestSessionKeyring(t *testing.T) {
 		out <- fmt.Sprint(o, err)
 	}()
 	got := <-out
-	if !strings.Contains(got, "keyring;") || strings.Contains(got, "sparkles-server-keyring") {
-		t.Fatalf("the agent's session keyring: %q, want a keyring that is not the server's", got)
+	if !strings.Contains(got, "operation not permitted") || strings.Contains(got, "sparkles-server-keyring") {
+		t.Fatalf("the agent's session keyring: %q, want keyctl denied", got)
 	}
 }
 

@@ -55,10 +55,13 @@ func launch() (int, error) {
 	if err := mountAll(&sp); err != nil {
 		return 0, err
 	}
-	if sp.Network == NetworkNone {
-		if err := loopbackUp(); err != nil {
-			return 0, fmt.Errorf("bring up loopback: %w", err)
-		}
+	// Every agent has a network namespace of its own (pasta has given an
+	// open one its route out by now): its loopback is its own too.
+	if err := loopbackUp(); err != nil {
+		return 0, fmt.Errorf("bring up loopback: %w", err)
+	}
+	if err := forwardHostPorts(sp.HostPorts); err != nil {
+		return 0, err
 	}
 	if err := setLimits(sp); err != nil {
 		return 0, err
@@ -74,19 +77,29 @@ func launch() (int, error) {
 	if err := restrict(sp); err != nil {
 		return 0, err
 	}
+	if err := installSeccomp(); err != nil {
+		return 0, fmt.Errorf("seccomp: %w", err)
+	}
 	return run(sp)
 }
 
 // run starts the agent and is its init: it reaps every process that ends
 // in the namespace and returns the agent's status once the agent is gone.
 func run(sp spec) (int, error) {
+	var g *guard
+	if sp.MemoryGuard > 0 {
+		var err error
+		if g, err = newGuard(sp.MemoryMax, sp.MemoryGuard); err != nil {
+			return 0, err
+		}
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	p, err := os.StartProcess(sp.Path, sp.Args, &os.ProcAttr{
 		Dir:   sp.Dir,
 		Env:   sp.Env,
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
-		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: agentCredential(sp.AgentID)},
 	})
 	if err != nil {
 		return 0, fmt.Errorf("start agent: %w", unwrap(err))
@@ -95,6 +108,9 @@ func run(sp spec) (int, error) {
 	// the agent's side does, not when the launcher's does.
 	os.Stdin.Close()
 	os.Stdout.Close()
+	if g != nil {
+		go g.run()
+	}
 	go func() {
 		for s := range sigs {
 			_ = p.Signal(s)

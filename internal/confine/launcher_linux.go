@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,17 +30,24 @@ const (
 
 // Options say what agents may do beyond their sandbox.
 type Options struct {
-	// Network is NetworkOpen (the default) or NetworkNone.
+	// Network is NetworkOpen or NetworkNone. Empty is open where pasta
+	// is installed and none, with a warning, where it is not; an explicit
+	// NetworkOpen without pasta is an error.
 	Network string
+	// HostPorts are TCP ports of the host's loopback that every agent may
+	// reach, at the same port of its own loopback; nothing else of the
+	// host's loopback is reachable, whatever the network.
+	HostPorts []int
 	// ReadPaths and WritePaths are what the operator adds to what every
 	// agent may read, and read and write: absolute, existing paths.
 	ReadPaths, WritePaths []string
-	// MaxProcs bounds an agent's processes and threads (cgroup pids.max,
-	// and RLIMIT_NPROC where the kernel counts it per user namespace);
-	// 0 means DefaultMaxProcs.
+	// MaxProcs bounds an agent's processes and threads (pids.max of its
+	// cgroup, and RLIMIT_NPROC where the kernel counts it per user
+	// namespace); 0 means DefaultMaxProcs.
 	MaxProcs int
-	// MemoryMax bounds an agent's memory when a cgroup is available
-	// (memory.max); 0 means DefaultMemoryMax.
+	// MemoryMax bounds an agent's memory, its tmpfs mounts counted in: by
+	// its cgroup where the server may make one, else by the launcher's
+	// memory guard (memguard_linux.go); 0 means DefaultMemoryMax.
 	MemoryMax int64
 	// DataDir is the server's data dir: no path given to an agent may
 	// contain it, and the probe makes its scratch sandbox there.
@@ -55,15 +63,23 @@ type Launcher struct {
 	self    string   // this binary, readable by the probe's check
 	protect []string // what no given path may contain
 	nproc   bool     // RLIMIT_NPROC counts per user namespace here
-	cg      *cgroups // nil: rlimits only
+	agentID int      // the uid and gid agents run as; 0: the server's own
+	cg      *cgroups // nil: the memory guard and rlimits
 	cgWhy   string   // why there are no cgroup limits
+	reasons sync.Map // *exec.Cmd → why its limits stopped it, from release to ExitReason
+
+	// The agents' network (pasta_linux.go).
+	pasta    string // pasta's path; "" when it cannot run
+	pastaWhy string // why it cannot
+	netNote  string // why agents have network none unasked, for /readyz
 }
 
 // New checks that this machine can confine agents, by starting the
 // launcher once on a scratch sandbox and checking from inside what it
 // does, and returns the Launcher. Its error says what is missing.
 func New(opts Options) (*Launcher, error) {
-	if opts.Network == "" {
+	explicit := opts.Network != ""
+	if !explicit {
 		opts.Network = NetworkOpen
 	}
 	if opts.Network != NetworkOpen && opts.Network != NetworkNone {
@@ -75,10 +91,13 @@ func New(opts Options) (*Launcher, error) {
 	if opts.MemoryMax <= 0 {
 		opts.MemoryMax = DefaultMemoryMax
 	}
+	if opts.MemoryMax < minMemoryMax {
+		return nil, &OptionError{"MemoryMax", fmt.Sprintf("%s: an agent needs %s at least", sizeText(opts.MemoryMax), sizeText(minMemoryMax))}
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	l := &Launcher{opts: opts, abi: landlockABI()}
+	l := &Launcher{opts: opts, abi: landlockABI(), agentID: agentIDHere()}
 	if err := requireLandlock(l.abi); err != nil {
 		return nil, err
 	}
@@ -104,6 +123,15 @@ func New(opts Options) (*Launcher, error) {
 	if l.opts.WritePaths, err = cleanPaths("WritePaths", opts.WritePaths, l.protect); err != nil {
 		return nil, err
 	}
+	if err := agentsMayWrite("WritePaths", l.opts.WritePaths, l.agentID); err != nil {
+		return nil, err
+	}
+	if l.opts.HostPorts, err = checkPorts("HostPorts", opts.HostPorts); err != nil {
+		return nil, err
+	}
+	if err := l.chooseNetwork(explicit); err != nil {
+		return nil, err
+	}
 	l.nproc = kernelAtLeast(5, 14)
 	l.cg, l.cgWhy = openCgroups()
 	if err := l.probe(); err != nil {
@@ -122,17 +150,39 @@ func requireLandlock(abi int) error {
 }
 
 // Isolation names what confines agents, for /readyz and the start-up log.
-func (l *Launcher) Isolation() string { return "landlock+namespaces" }
+func (l *Launcher) Isolation() string {
+	mem, procs := l.limits()
+	if mem == procs {
+		return "landlock+namespaces" + l.netNote + "; limits: " + mem
+	}
+	return "landlock+namespaces" + l.netNote + "; limits: memory " + mem + ", processes " + procs
+}
+
+// limits names what bounds an agent's memory and its processes.
+func (l *Launcher) limits() (memory, procs string) {
+	memory = fmt.Sprintf("guard (polls every %s)", guardEvery)
+	if l.cg != nil {
+		memory, procs = l.cg.mechanism(), l.cg.procsMechanism()
+	}
+	switch {
+	case procs != "":
+	case l.nproc:
+		procs = "RLIMIT_NPROC"
+	default:
+		procs = "unbounded (RLIMIT_NPROC counts per user across the machine before Linux 5.14)"
+	}
+	return memory, procs
+}
 
 // LogAttrs describe the confinement for the start-up log line.
 func (l *Launcher) LogAttrs() []any {
-	limits := "rlimits"
-	if l.cg != nil {
-		limits = "cgroup+rlimits"
-	}
-	attrs := []any{"landlock_abi", l.abi, "network", l.opts.Network, "limits", limits}
+	mem, procs := l.limits()
+	attrs := []any{"landlock_abi", l.abi, "network", l.opts.Network, "memory_limit", mem, "procs_limit", procs}
 	if l.cg == nil {
 		attrs = append(attrs, "no_cgroup", l.cgWhy)
+	}
+	if len(l.opts.HostPorts) > 0 {
+		attrs = append(attrs, "host_ports", l.opts.HostPorts)
 	}
 	if l.abi < 6 {
 		attrs = append(attrs, "weaker", "this kernel's Landlock cannot scope signals or abstract unix sockets (ABI 6)")
@@ -167,7 +217,12 @@ func (l *Launcher) Check(extra agent.Confinement) error {
 func (l *Launcher) add(sp *spec, extra agent.Confinement) error {
 	switch extra.Network {
 	case "":
-	case NetworkOpen, NetworkNone:
+	case NetworkOpen:
+		if l.pasta == "" {
+			return &OptionError{"Network", "open: " + l.pastaWhy}
+		}
+		sp.Network = extra.Network
+	case NetworkNone:
 		sp.Network = extra.Network
 	default:
 		return &OptionError{"Network", fmt.Sprintf("%q: want %s or %s", extra.Network, NetworkOpen, NetworkNone)}
@@ -180,8 +235,17 @@ func (l *Launcher) add(sp *spec, extra agent.Confinement) error {
 	if err != nil {
 		return err
 	}
+	if err := agentsMayWrite("WritePaths", write, l.agentID); err != nil {
+		return err
+	}
+	ports, err := checkPorts("HostPorts", extra.HostPorts)
+	if err != nil {
+		return err
+	}
 	sp.Read = append(sp.Read, read...)
 	sp.Write = append(slices.Clip(sp.Write), write...)
+	// The server's host ports and the agent's own.
+	sp.HostPorts, _ = checkPorts("HostPorts", slices.Concat(l.opts.HostPorts, sp.HostPorts, ports))
 	return nil
 }
 
@@ -212,6 +276,13 @@ func (l *Launcher) spec(cmd *exec.Cmd, sandbox string) (spec, error) {
 		sandbox = real
 	}
 	home, tmp = filepath.Join(sandbox, "home"), filepath.Join(sandbox, "tmp")
+	if l.agentID != 0 {
+		for _, d := range []string{dir, home, tmp} {
+			if err := ownTree(d, l.agentID); err != nil {
+				return spec{}, fmt.Errorf("give the sandbox to the agent's uid: %w", err)
+			}
+		}
+	}
 	read := append(installPaths(real, l.protect), l.opts.ReadPaths...)
 	// /etc/resolv.conf is often a link into /run (systemd-resolved): what
 	// it points to is read for name resolution.
@@ -229,11 +300,12 @@ func (l *Launcher) spec(cmd *exec.Cmd, sandbox string) (spec, error) {
 		Own:      []string{dir, home, tmp},
 		Read:     read,
 		Write:    l.opts.WritePaths,
-		Mask:     masks(l.home),
+		Protect:  l.protect,
 		Network:  l.opts.Network,
 		NoFile:   defaultNoFile,
 		MaxProcs: l.maxProcs(),
 		ABI:      l.abi,
+		AgentID:  l.agentID,
 	}, nil
 }
 
@@ -275,50 +347,116 @@ func privateEnv(env []string, serverHome, home, tmp string) []string {
 
 // start starts the launcher for sp in place of cmd.
 func (l *Launcher) start(cmd *exec.Cmd, sp spec) (func(), error) {
-	body, err := json.Marshal(sp)
-	if err != nil {
-		return nil, err
-	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
 	cg, err := l.cg.create(filepath.Base(sp.Sandbox), l.opts.MaxProcs, l.opts.MemoryMax)
 	if err != nil {
-		l.opts.Logger.Warn("agent cgroup", "err", err)
+		l.opts.Logger.Warn("no cgroup for this agent: its memory guard bounds it", "err", err)
 	}
 	cmd.Path = "/proc/self/exe"
 	cmd.Args = []string{"sparkles", launcherArg}
 	cmd.Env = []string{}
-	cmd.ExtraFiles = []*os.File{r}
-	cmd.SysProcAttr = l.sysProcAttr(sp.Network, cg)
+	nw, err := l.newAgentNet(sp)
+	if err != nil {
+		w.Close()
+		r.Close()
+		cg.closeFD()
+		cg.remove()
+		return nil, err
+	}
+	cmd.ExtraFiles = append([]*os.File{r}, nw.files()...)
+	cmd.SysProcAttr = l.sysProcAttr(cg)
 	err = cmd.Start()
 	r.Close()
 	cg.closeFD()
 	if err != nil {
 		w.Close()
+		nw.stop()
 		cg.remove()
 		return nil, fmt.Errorf("start the launcher: %w", err)
+	}
+	// Before the spec is written, as the cgroup below: the agent starts
+	// with its network in place.
+	l.connectNet(nw, sp, cmd.Process.Pid)
+	// Before the spec is written: the launcher waits for it, so nothing of
+	// the agent runs outside the cgroup.
+	joinErr := cg.join(cmd.Process.Pid)
+	if joinErr != nil {
+		l.opts.Logger.Warn("the agent's cgroup could not take it: its memory guard bounds it", "err", joinErr)
+	}
+	sp.MemoryMax = l.opts.MemoryMax
+	if cg == nil || joinErr != nil {
+		sp.MemoryGuard = guardEvery
+	}
+	body, err := json.Marshal(sp)
+	if err != nil {
+		w.Close() // the launcher exits: it has no spec
+		nw.stop()
+		return nil, err
 	}
 	// The pipe buffer may be smaller than the spec: the launcher reads it
 	// while this writes. The write end stays open as the lifeline.
 	go func() { _, _ = w.Write(body) }()
 	return func() {
 		w.Close()
-		cg.remove()
+		nw.stop()
+		l.explain(cmd, cg, sp)
+		if err := cg.remove(); err != nil {
+			l.opts.Logger.Warn("agent cgroup", "err", err)
+		}
 	}, nil
+}
+
+// explain keeps why the agent's limits stopped it, once cmd has been
+// waited for, for ExitReason; with a cgroup, the launcher could not say it
+// on the agent's stderr, so it is said there too.
+func (l *Launcher) explain(cmd *exec.Cmd, cg *cgroup, sp spec) {
+	limit := sizeText(sp.MemoryMax)
+	var why string
+	switch n := cg.oomKills(); {
+	case sp.MemoryGuard > 0 && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == exitMemory:
+		why = fmt.Sprintf("the agent used more than its memory limit of %s (--agent-memory-max) and was stopped", limit)
+	case n > 0:
+		why = fmt.Sprintf("the kernel killed %d of the agent's processes at its memory limit of %s (--agent-memory-max)", n, limit)
+		if cmd.Stderr != nil {
+			fmt.Fprintf(cmd.Stderr, "sparkles launcher: %s\n", why)
+		}
+	default:
+		return
+	}
+	l.reasons.Store(cmd, why)
+}
+
+// ExitReason says why an agent started with cmd was stopped by its
+// limits, once it has been waited for; "" when they did not stop it.
+func (l *Launcher) ExitReason(cmd *exec.Cmd) string {
+	why, _ := l.reasons.LoadAndDelete(cmd)
+	s, _ := why.(string)
+	return s
 }
 
 // sysProcAttr clones the launcher into namespaces of its own, as the
 // server's own uid and gid, with the capabilities it needs to build the
 // agent's view kept across its exec (ambient); they stay inside its user
 // namespace and it drops them for the agent.
-func (l *Launcher) sysProcAttr(network string, cg *cgroup) *syscall.SysProcAttr {
-	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS)
-	if network == NetworkNone {
-		flags |= unix.CLONE_NEWNET
-	}
+func (l *Launcher) sysProcAttr(cg *cgroup) *syscall.SysProcAttr {
+	// A network namespace whatever the network: the host's loopback is
+	// never the agent's (pasta gives an open one its route out).
+	// An IPC namespace of its own too: SysV shared memory and message
+	// queues are otherwise the host's, outlive the agent, and are memory
+	// no limit of the agent's sees.
+	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET | unix.CLONE_NEWIPC)
 	uid, gid := os.Getuid(), os.Getgid()
+	uids := []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+	gids := []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+	if l.agentID != 0 {
+		// The launcher stays root of the namespace (it binds root's 0700
+		// directories into the agent's view); the agent runs as AgentID.
+		uids = append(uids, syscall.SysProcIDMap{ContainerID: l.agentID, HostID: l.agentID, Size: 1})
+		gids = append(gids, syscall.SysProcIDMap{ContainerID: l.agentID, HostID: l.agentID, Size: 1})
+	}
 	a := &syscall.SysProcAttr{
 		// A session of its own: the server's controlling terminal (a
 		// developer's shell) is no /dev/tty of the agent's. Its process
@@ -326,11 +464,16 @@ func (l *Launcher) sysProcAttr(network string, cg *cgroup) *syscall.SysProcAttr 
 		Setsid:      true,
 		Pdeathsig:   syscall.SIGKILL,
 		Cloneflags:  flags,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
-		AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP},
+		UidMappings: uids,
+		GidMappings: gids,
+		// Root may let the launcher set the agent's groups (none); anyone
+		// else must deny setgroups to map a gid at all.
+		GidMappingsEnableSetgroups: l.agentID != 0,
+		// NET_BIND_SERVICE: host ports below 1024 are the launcher's to
+		// listen on in the namespace.
+		AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_NET_BIND_SERVICE, unix.CAP_SETPCAP},
 	}
-	if cg != nil {
+	if cg != nil && cg.fd >= 0 {
 		a.UseCgroupFD, a.CgroupFD = true, cg.fd
 	}
 	return a

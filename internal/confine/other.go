@@ -20,6 +20,7 @@ const (
 // Options say what agents may do beyond their sandbox; see the Linux build.
 type Options struct {
 	Network               string
+	HostPorts             []int
 	ReadPaths, WritePaths []string
 	MaxProcs              int
 	MemoryMax             int64

@@ -120,7 +120,7 @@ func interpreter(path string) (string, error) {
 // OptionError is an Options field that cannot be used, as opposed to a
 // machine that cannot confine.
 type OptionError struct {
-	Field string // "Network", "ReadPaths", "WritePaths"
+	Field string // "Network", "ReadPaths", "WritePaths", "MemoryMax"
 	Msg   string
 }
 
@@ -154,19 +154,4 @@ func unwrap(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-// masks are the directories the launcher covers with an empty tmpfs: the
-// host's /tmp and /run (sockets of desktops, agents and daemons live there,
-// and Landlock before ABI 9 does not filter connect) and the server user's
-// home, when it is not a system directory. What the agent is given below
-// them is bound back.
-func masks(home string) []string {
-	out := []string{"/tmp", "/run"}
-	if home = filepath.Clean(home); filepath.IsAbs(home) && home != "/" && !inSystem(home) &&
-		!slices.ContainsFunc(systemDirs, func(d string) bool { return within(d, home) }) &&
-		!within(home, "/tmp") && !within(home, "/run") {
-		out = append(out, home)
-	}
-	return out
 }

@@ -86,19 +86,3 @@ func TestPrivateEnv(t *testing.T) {
 		t.Errorf("sandbox env: %q, want %q", got, want)
 	}
 }
-
-// TestMasks: /tmp and /run are always covered, and so is the home unless
-// it is a system directory, holds one, or lies under a covered one.
-func TestMasks(t *testing.T) {
-	for home, want := range map[string][]string{
-		"/home/op": {"/tmp", "/run", "/home/op"},
-		"/":        {"/tmp", "/run"},
-		"/usr":     {"/tmp", "/run"},
-		"/tmp/op":  {"/tmp", "/run"},
-		"":         {"/tmp", "/run"},
-	} {
-		if got := masks(home); !slices.Equal(got, want) {
-			t.Errorf("masks(%q) = %q, want %q", home, got, want)
-		}
-	}
-}

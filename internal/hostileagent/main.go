@@ -21,8 +21,15 @@
 //	HOSTILE_PTRACE   pids to attach to
 //	HOSTILE_DIAL     TCP addresses to connect to
 //	HOSTILE_UNIX     abstract unix socket names to connect to
+//	HOSTILE_LISTEN, HOSTILE_FETCH, HOSTILE_UNIXPATH  what it serves and
+//	                 reaches over TCP and unix sockets (net.go)
 //	HOSTILE_FORK     how many sleeping children to try to start (name=N)
 //	HOSTILE_STDERR   MiB to write to stderr (name=N)
+//	HOSTILE_MEMORY   MiB of memory to take, HOSTILE_FILL of tmpfs (memory.go)
+//	HOSTILE_SYSCALL  syscalls a seccomp filter must deny (syscalls.go)
+//	HOSTILE_CHMOD    host files to chmod, chown, touch and setxattr (modes.go)
+//	HOSTILE_DISK     MiB to write into the working directory, then hold the
+//	                 turn open until the server stops the agent (disk.go)
 //
 // The controls, always run, must succeed: write and read back a file in the
 // working directory, in $HOME and in $TMPDIR, and run /bin/sh -c.
@@ -61,6 +68,9 @@ type message struct {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "linger" {
 		linger()
+	}
+	if len(os.Args) > 3 && os.Args[1] == "alloc" {
+		allocMain(os.Args[2:])
 	}
 	in := bufio.NewReaderSize(os.Stdin, 1<<20)
 	out := json.NewEncoder(os.Stdout)
@@ -184,6 +194,10 @@ func probe() map[string]result {
 		}
 		r["stderr:"+t[0]] = result{OK: true}
 	}
+	syscalls(r)
+	memoryProbes(r)
+	modeProbes(r)
+	netProbes(r)
 	// Processes it can see beyond itself: inside its namespace, its own.
 	ents, _ := os.ReadDir("/proc")
 	var pids []string
@@ -214,6 +228,7 @@ func probe() map[string]result {
 	r["control:sh"] = outcome(err)
 	r["env:home"] = result{OK: true, Detail: os.Getenv("HOME")}
 	r["env:tmpdir"] = result{OK: true, Detail: os.Getenv("TMPDIR")}
+	diskProbes() // last: it never returns
 	return r
 }
 

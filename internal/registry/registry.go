@@ -42,6 +42,10 @@ type Agent struct {
 	Network    string   `json:"network,omitempty"`
 	ReadPaths  []string `json:"read_paths,omitempty"`
 	WritePaths []string `json:"write_paths,omitempty"`
+	// HostPorts are TCP ports of the host's loopback the agent may reach
+	// (its model API on the host, a local proxy), beyond the server's
+	// --agent-host-port ones.
+	HostPorts []int `json:"host_ports,omitempty"`
 }
 
 // Argv is the agent's command line.
@@ -49,7 +53,7 @@ func (a Agent) Argv() []string { return append([]string{a.Command}, a.Args...) }
 
 // Confined reports whether the agent asks for any confinement setting.
 func (a Agent) Confined() bool {
-	return a.Network != "" || len(a.ReadPaths) > 0 || len(a.WritePaths) > 0
+	return a.Network != "" || len(a.ReadPaths) > 0 || len(a.WritePaths) > 0 || len(a.HostPorts) > 0
 }
 
 // Environ returns the variables the registry gives the agent: its env,
@@ -94,7 +98,7 @@ type Registry map[string]Agent
 func (r Registry) Names() []string { return slices.Sorted(maps.Keys(r)) }
 
 // fieldNames are the fields of an agent in the file, for error messages.
-const fieldNames = "command, args, env, pass_env, network, read_paths, write_paths"
+const fieldNames = "command, args, env, pass_env, network, read_paths, write_paths, host_ports"
 
 var (
 	nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -237,6 +241,8 @@ func wantOf(field string) string {
 		return "a list of strings"
 	case "env":
 		return "an object of string values"
+	case "host_ports":
+		return "a list of port numbers"
 	case "agents":
 		return "an object mapping names to agents"
 	}
@@ -280,6 +286,11 @@ func (a Agent) check() error {
 	}
 	if strings.ContainsRune(a.Network, 0) {
 		return errors.New("network holds a NUL byte")
+	}
+	for i, p := range a.HostPorts {
+		if p < 1 || p > 65535 {
+			return fmt.Errorf("host_ports[%d] %d: want a TCP port from 1 to 65535", i, p)
+		}
 	}
 	for _, f := range []struct {
 		name  string

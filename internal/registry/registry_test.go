@@ -78,12 +78,13 @@ func TestParse(t *testing.T) {
 			           "env": {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "NODE_OPTIONS": "--max-old-space-size=512"},
 			           "pass_env": ["ANTHROPIC_API_KEY"]},
 			"gemini": {"command": "/opt/gemini cli/gemini", "args": ["--acp", "two words"],
-			           "network": "loopback", "read_paths": ["/opt/gemini cli"], "write_paths": ["/var/cache/g"]}
+			           "network": "loopback", "read_paths": ["/opt/gemini cli"], "write_paths": ["/var/cache/g"]},
+			"local": {"command": "x", "host_ports": [4000, 11434]}
 		}}`))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := r.Names(), []string{"claude", "gemini"}; !slices.Equal(got, want) {
+		if got, want := r.Names(), []string{"claude", "gemini", "local"}; !slices.Equal(got, want) {
 			t.Fatalf("names %q, want %q", got, want)
 		}
 		g := r["gemini"]
@@ -93,6 +94,9 @@ func TestParse(t *testing.T) {
 		// Stored for the launcher, which is where they take effect.
 		if g.Network != "loopback" || !slices.Equal(g.ReadPaths, []string{"/opt/gemini cli"}) || !slices.Equal(g.WritePaths, []string{"/var/cache/g"}) || !g.Confined() {
 			t.Errorf("confinement settings %+v not kept", g)
+		}
+		if l := r["local"]; !slices.Equal(l.HostPorts, []int{4000, 11434}) || !l.Confined() {
+			t.Errorf("host_ports %+v not kept", l)
 		}
 		// The operator is trusted: what a sandbox's env refuses, the
 		// registry's may set.
@@ -119,6 +123,8 @@ func TestParse(t *testing.T) {
 			{"Twice", `{"agents": {"claude": {"command": "x"}, "claude": {"command": "y"}}}`, `agent "claude" is defined twice`},
 			{"BadName", `{"agents": {"my agent": {"command": "x"}}}`, `agent name "my agent"`},
 			{"EmptyPath", `{"agents": {"claude": {"command": "x", "write_paths": [""]}}}`, `agent "claude": write_paths[0] is empty`},
+			{"HostPort", `{"agents": {"claude": {"command": "x", "host_ports": [4000, 0]}}}`, `agent "claude": host_ports[1] 0: want a TCP port from 1 to 65535`},
+			{"HostPortType", `{"agents": {"claude": {"command": "x", "host_ports": ["4000"]}}}`, `agent "claude": host_ports: want a list of port numbers, not a JSON string`},
 			{"Trailing", `{"agents": {}} {}`, "after the JSON value"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

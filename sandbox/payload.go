@@ -123,7 +123,14 @@ const (
 	// ErrSessionLost: the agent could not load its earlier session, so a
 	// new one was opened and the agent does not remember earlier turns.
 	ErrSessionLost = "session_lost"
-	ErrInternal    = "internal"
+	// ErrLogFull: the turn's own events outgrew the byte bound of the
+	// sandbox's event log (--retention-max-bytes), so it was stopped.
+	ErrLogFull = "log_full"
+	// ErrDiskFull: the sandbox's files passed --sandbox-disk-max, or the
+	// data dir's free space fell under --disk-reserve; the agent was
+	// stopped so that it cannot keep writing.
+	ErrDiskFull = "disk_full"
+	ErrInternal = "internal"
 )
 
 // SandboxStatus is the data of a transient sandbox.status frame.

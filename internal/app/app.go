@@ -51,6 +51,12 @@ var (
 	_ Store = (*natsstore.Store)(nil)
 )
 
+// The API's connection caps by default: see server.Config.
+const (
+	DefaultMaxConnections                = server.DefaultMaxConnections
+	DefaultMaxUnauthenticatedConnections = server.DefaultMaxUnauthenticatedConnections
+)
+
 // ErrNotConfinable is the error of a Run that would confine agent
 // processes (isolation on, the default) where they cannot be: the kernel
 // lacks what confinement needs, or the executable does not answer as the
@@ -91,9 +97,22 @@ type Main struct {
 	// dir's is missing or empty while sandbox directories remain.
 	StartEmpty bool
 
+	// MaxConnections and MaxUnauthenticatedConnections cap the API's
+	// connections, all and those that have shown no token (0: the
+	// defaults; see server.Config).
+	MaxConnections                int
+	MaxUnauthenticatedConnections int
+
 	// AgentIdleTimeout and MaxAgents: see coordinator.Config.
 	AgentIdleTimeout time.Duration
 	MaxAgents        int
+	// AgentFSBudget: coordinator.Config.FSBudget.
+	AgentFSBudget int64
+	// SandboxDiskMax and DiskReserve are the disk limits of agents (see
+	// coordinator.Config); zero is none. serve's flags default to 10 GiB
+	// and 1 GiB.
+	SandboxDiskMax int64
+	DiskReserve    int64
 	// Builtins are agents run in-process (see coordinator.Config); the
 	// test helper runs the demo agent so, without a binary on PATH.
 	Builtins map[string]coordinator.BuiltinAgent
@@ -133,9 +152,17 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := checkWritable(m.DataDir); err != nil {
 		return err
 	}
+	if err := m.tighten(m.DataDir, 0o700); err != nil {
+		return err
+	}
 	token, tokenPath, err := loadToken(m.DataDir, m.Token)
 	if err != nil {
 		return err
+	}
+	if tokenPath != "" {
+		if err := m.tighten(tokenPath, 0o600); err != nil {
+			return err
+		}
 	}
 	m.token, m.tokenPath = token, tokenPath
 	if err := m.openLauncher(); err != nil {
@@ -157,6 +184,19 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.Cluster != nil {
 		cluster = m.Cluster
 	}
+	// Retention is made before the coordinator, which nudges it when a log
+	// grows past its byte bound, and starts once the sandboxes are
+	// recovered. The coordinator bounds a turn's bytes with or without it.
+	var retainer *retention.Loop
+	if !m.NoRetention {
+		rc := m.Retention
+		rc.Store, rc.DataDir, rc.Logger, rc.Observer = st, m.DataDir, m.Logger, m.Metrics
+		retainer = retention.New(rc)
+	}
+	logMax := m.Retention.MaxBytes
+	if logMax <= 0 {
+		logMax = retention.DefaultMaxBytes
+	}
 	co, err := coordinator.New(coordinator.Config{
 		Store:           st,
 		DataDir:         m.DataDir,
@@ -176,6 +216,15 @@ func (m *Main) Run(ctx context.Context) error {
 		Redact:           func(id string) []string { return []string{token, server.StreamToken(token, id)} },
 		AgentIdleTimeout: m.AgentIdleTimeout,
 		MaxAgents:        m.MaxAgents,
+		FSBudget:         m.AgentFSBudget,
+		SandboxDiskMax:   m.SandboxDiskMax,
+		DiskReserve:      m.DiskReserve,
+		LogMaxBytes:      logMax,
+		LogOver: func(id string) {
+			if retainer != nil {
+				retainer.Nudge(id)
+			}
+		},
 	})
 	if err != nil {
 		return err
@@ -184,10 +233,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := co.Recover(ctx); err != nil {
 		return fmt.Errorf("recovering sandboxes from %s: %w", where, err)
 	}
-	if !m.NoRetention {
-		rc := m.Retention
-		rc.Store, rc.DataDir, rc.Logger, rc.Observer = st, m.DataDir, m.Logger, m.Metrics
-		m.Retainer = retention.New(rc)
+	if retainer != nil {
+		m.Retainer = retainer
 		m.Retainer.Start()
 	}
 	var console http.Handler
@@ -205,6 +252,9 @@ func (m *Main) Run(ctx context.Context) error {
 		Ready:       m.ready,
 		Isolation:   m.isolation,
 		Static:      console,
+
+		MaxConnections:                m.MaxConnections,
+		MaxUnauthenticatedConnections: m.MaxUnauthenticatedConnections,
 	})
 	l, err := m.Server.Listen(m.Addr)
 	if err != nil {
@@ -239,7 +289,7 @@ func (m *Main) openLauncher() error {
 		}
 		for _, name := range m.Agents.Names() {
 			if m.Agents[name].Confined() {
-				return fmt.Errorf("agent %q sets network, read_paths or write_paths, which need isolation; drop --isolation=off or those settings", name)
+				return fmt.Errorf("agent %q sets network, read_paths, write_paths or host_ports, which need isolation; drop --isolation=off or those settings", name)
 			}
 		}
 		m.isolation = "off"
@@ -256,7 +306,7 @@ func (m *Main) openLauncher() error {
 	l, err := confine.New(opts)
 	var bad *confine.OptionError
 	if errors.As(err, &bad) {
-		flag := map[string]string{"Network": "--agent-network", "ReadPaths": "--agent-read-path", "WritePaths": "--agent-write-path"}[bad.Field]
+		flag := map[string]string{"Network": "--agent-network", "ReadPaths": "--agent-read-path", "WritePaths": "--agent-write-path", "MemoryMax": "--agent-memory-max", "HostPorts": "--agent-host-port"}[bad.Field]
 		return fmt.Errorf("%s %s", flag, bad.Msg)
 	}
 	if err != nil {
@@ -265,7 +315,7 @@ func (m *Main) openLauncher() error {
 	for _, name := range m.Agents.Names() {
 		a := m.Agents[name]
 		if err := l.Check(confinementOf(a)); errors.As(err, &bad) {
-			field := map[string]string{"Network": "network", "ReadPaths": "read_paths", "WritePaths": "write_paths"}[bad.Field]
+			field := map[string]string{"Network": "network", "ReadPaths": "read_paths", "WritePaths": "write_paths", "HostPorts": "host_ports"}[bad.Field]
 			return fmt.Errorf("agent %q: %s %s", name, field, bad.Msg)
 		}
 	}
@@ -468,6 +518,32 @@ func UnwrapPath(err error) error {
 	return err
 }
 
+// tighten takes from path every permission beyond want (the data dir
+// 0700, the token 0600), as it was made: anything looser lets another local
+// user read the token or the database. It says so, since what was readable
+// may have been read.
+func (m *Main) tighten(path string, want fs.FileMode) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("cannot stat %s (%v)", path, UnwrapPath(err))
+	}
+	if fi.Mode().Perm()&^want == 0 {
+		return nil
+	}
+	if err := os.Chmod(path, fi.Mode().Perm()&want); err != nil {
+		return fmt.Errorf("%s has mode %04o, readable by other users, and cannot be made %04o (%v); fix its permissions", path, fi.Mode().Perm(), want, UnwrapPath(err))
+	}
+	// A directory made by hand (or by mktemp -d, or a test's TempDir) is
+	// 0755 as a matter of course; a token file readable by others is news.
+	log := m.Logger.Debug
+	if !fi.IsDir() {
+		log = m.Logger.Warn
+	}
+	log("permissions were looser than the server makes them: tightened; rotate the token if other users could read it",
+		"path", path, "was", fmt.Sprintf("%04o", fi.Mode().Perm()), "now", fmt.Sprintf("%04o", fi.Mode().Perm()&want))
+	return nil
+}
+
 // loadToken returns the token to use: the given one, else the one kept in
 // <dataDir>/token, else a new one written there with mode 0600. The path is
 // returned when the token came from (or went to) the file.
@@ -497,7 +573,7 @@ func loadToken(dataDir, given string) (token, path string, err error) {
 
 // confinementOf is what an agent's registry entry adds to the confinement.
 func confinementOf(a registry.Agent) agent.Confinement {
-	return agent.Confinement{Network: a.Network, ReadPaths: a.ReadPaths, WritePaths: a.WritePaths}
+	return agent.Confinement{Network: a.Network, ReadPaths: a.ReadPaths, WritePaths: a.WritePaths, HostPorts: a.HostPorts}
 }
 
 // Observer is told of streams and deliveries (as server.Config's) and of

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -74,5 +75,38 @@ func TestNotConfinable(t *testing.T) {
 	m.Close()
 	if !errors.Is(err, app.ErrNotConfinable) || !strings.Contains(err.Error(), "confines nothing") || !strings.Contains(err.Error(), "--isolation=off") {
 		t.Fatalf("Run: %v, want ErrNotConfinable with the launcher's reason, naming --isolation=off", err)
+	}
+}
+
+// TestTightensDataDir: a data dir and a token file that another local user
+// could read (an agent, or an operator, loosened them) are made 0700 and
+// 0600 again before the server serves, and the token kept.
+func TestTightensDataDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("spk_kept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(token, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := &app.Main{Addr: "127.0.0.1:0", DataDir: dir, Isolation: "off", Logger: slog.New(slog.DiscardHandler)}
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for path, want := range map[string]os.FileMode{dir: 0o700, token: 0o600} {
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v (%v), want %v", path, fi.Mode().Perm(), err, want)
+		}
+	}
+	if got, _ := m.ServedToken(); got != "spk_kept" {
+		t.Errorf("token %q, want the file's", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/sparkles-dev/sparkles/internal/natscluster"
@@ -38,15 +39,22 @@ func newServeCommand() *cli.Command {
 			&cli.DurationFlag{Name: "flush-interval", Value: 50 * time.Millisecond, EnvVars: []string{"SPARKLES_FLUSH_INTERVAL"}, Usage: "at most one message.updated per part per interval"},
 			&cli.DurationFlag{Name: "retention-max-age", Value: retention.DefaultMaxAge, EnvVars: []string{"SPARKLES_RETENTION_MAX_AGE"}, Usage: "prune events older than this"},
 			&cli.IntFlag{Name: "retention-max-events", Value: retention.DefaultMaxEvents, EnvVars: []string{"SPARKLES_RETENTION_MAX_EVENTS"}, Usage: "keep at most this many events per sandbox"},
+			&cli.StringFlag{Name: "retention-max-bytes", Value: "256M", EnvVars: []string{"SPARKLES_RETENTION_MAX_BYTES"}, Usage: "bytes of events one sandbox's log may hold, e.g. 512M or 1G: past it its oldest finished turns are pruned, and a turn that alone outgrows it is stopped and fails with log_full"},
 			&cli.DurationFlag{Name: "retention-interval", Value: retention.DefaultInterval, EnvVars: []string{"SPARKLES_RETENTION_INTERVAL"}, Usage: "time between retention passes"},
 			&cli.IntFlag{Name: "retention-batch", Value: retention.DefaultBatch, EnvVars: []string{"SPARKLES_RETENTION_BATCH"}, Usage: "deletes per retention write transaction"},
+			&cli.IntFlag{Name: "max-connections", Value: app.DefaultMaxConnections, EnvVars: []string{"SPARKLES_MAX_CONNECTIONS"}, Usage: "API connections open at once (lowered to fit the open-file limit): at the cap a new one takes the place of the one idle longest, else it is answered 503"},
+			&cli.IntFlag{Name: "max-unauthenticated-connections", Value: app.DefaultMaxUnauthenticatedConnections, EnvVars: []string{"SPARKLES_MAX_UNAUTHENTICATED_CONNECTIONS"}, Usage: "of those, connections that have not shown a token yet (each may wait at most 5s on its client); a flood of them cannot keep out a client with a token"},
 			&cli.StringSliceFlag{Name: "cors-origin", EnvVars: []string{"SPARKLES_CORS_ORIGINS"}, Usage: "a browser origin (scheme://host[:port]) whose pages may call the API (repeatable; env var comma-separated); none by default"},
 			&cli.StringFlag{Name: "isolation", Value: "on", EnvVars: []string{"SPARKLES_ISOLATION"}, Usage: "on: confine agent processes to their sandbox (user, PID and mount namespaces, Landlock, limits), and refuse to start where the kernel cannot; off: run them with the server user's rights"},
-			&cli.StringFlag{Name: "agent-network", Value: confine.NetworkOpen, EnvVars: []string{"SPARKLES_AGENT_NETWORK"}, Usage: "open: agents use the host's network (their model API); none: a network of their own with only loopback"},
+			&cli.StringFlag{Name: "agent-network", Value: confine.NetworkOpen, EnvVars: []string{"SPARKLES_AGENT_NETWORK"}, Usage: "open: agents reach the network (their model API) through pasta (apt-get install passt; without it, and unless this is set, agents get none), never the host's loopback; none: a network of their own with only loopback"},
+			&cli.IntSliceFlag{Name: "agent-host-port", EnvVars: []string{"SPARKLES_AGENT_HOST_PORTS"}, Usage: "a TCP port of the host's loopback every confined agent may reach at the same port of its own (a model API or proxy on this machine), in either network; nothing else of the host's loopback is reachable (repeatable; env var comma-separated)"},
 			&cli.StringSliceFlag{Name: "agent-read-path", EnvVars: []string{"SPARKLES_AGENT_READ_PATHS"}, Usage: "a file or directory every confined agent may read, beyond the system and its install (repeatable; env var comma-separated)"},
 			&cli.StringSliceFlag{Name: "agent-write-path", EnvVars: []string{"SPARKLES_AGENT_WRITE_PATHS"}, Usage: "a file or directory every confined agent may read and write, beyond its sandbox (repeatable; env var comma-separated)"},
-			&cli.IntFlag{Name: "agent-max-procs", Value: confine.DefaultMaxProcs, EnvVars: []string{"SPARKLES_AGENT_MAX_PROCS"}, Usage: "processes and threads of one confined agent (cgroup pids.max, and RLIMIT_NPROC on Linux 5.14+)"},
-			&cli.StringFlag{Name: "agent-memory-max", Value: "4G", EnvVars: []string{"SPARKLES_AGENT_MEMORY_MAX"}, Usage: "memory of one confined agent (cgroup memory.max, when the server's cgroup is delegated to it), e.g. 512M or 4G"},
+			&cli.IntFlag{Name: "agent-max-procs", Value: confine.DefaultMaxProcs, EnvVars: []string{"SPARKLES_AGENT_MAX_PROCS"}, Usage: "processes and threads of one confined agent (cgroup pids.max where the server may make a cgroup, and RLIMIT_NPROC on Linux 5.14+)"},
+			&cli.StringFlag{Name: "agent-fs-budget", Value: "64M", EnvVars: []string{"SPARKLES_AGENT_FS_BUDGET"}, Usage: "memory the fs/read_text_file and fs/write_text_file requests of all agents may hold at once (at least 16M); a request beyond it waits, e.g. 64M"},
+			&cli.StringFlag{Name: "agent-memory-max", Value: "4G", EnvVars: []string{"SPARKLES_AGENT_MEMORY_MAX"}, Usage: "memory of one confined agent, its /tmp and /dev/shm counted in, e.g. 512M or 4G: a cgroup (v2 delegated, or v1 as root) where the server may make one, else a guard that stops the agent over it"},
+			&cli.StringFlag{Name: "sandbox-disk-max", Value: "10G", EnvVars: []string{"SPARKLES_SANDBOX_DISK_MAX"}, Usage: "bytes one sandbox's files (work, home, tmp) may take: past it the agent is stopped and its turn fails with disk_full, e.g. 512M or 10G; 0 for no limit"},
+			&cli.StringFlag{Name: "disk-reserve", Value: "1G", EnvVars: []string{"SPARKLES_DISK_RESERVE"}, Usage: "free space under --data-dir kept for the event log: below it agents are stopped and turns refused, e.g. 512M or 1G; 0 for none"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SPARKLES_LOG_FORMAT"}, Usage: "text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SPARKLES_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 		}, agentFlags()...),
@@ -73,9 +81,29 @@ func newServeCommand() *cli.Command {
 			if _, ok := agents[c.String("default-agent")]; !ok {
 				return fmt.Errorf("--default-agent %q is not a registered agent", c.String("default-agent"))
 			}
+			fsBudget, err := parseSize(c.String("agent-fs-budget"))
+			if err != nil || fsBudget < agent.MinFSBudget {
+				return fmt.Errorf("--agent-fs-budget %q: want a size of at least %dM, such as 64M", c.String("agent-fs-budget"), agent.MinFSBudget>>20)
+			}
 			mem, err := parseSize(c.String("agent-memory-max"))
 			if err != nil {
 				return fmt.Errorf("--agent-memory-max %q: want a size such as 512M or 4G", c.String("agent-memory-max"))
+			}
+			diskMax, err := parseLimit(c, "sandbox-disk-max")
+			if err != nil {
+				return err
+			}
+			reserve, err := parseLimit(c, "disk-reserve")
+			if err != nil {
+				return err
+			}
+			logMax, err := parseSize(c.String("retention-max-bytes"))
+			if err != nil {
+				return fmt.Errorf("--retention-max-bytes %q: want a size such as 256M or 1G", c.String("retention-max-bytes"))
+			}
+			maxConns, maxUnauth := c.Int("max-connections"), c.Int("max-unauthenticated-connections")
+			if maxConns < 1 || maxUnauth < 1 || maxUnauth > maxConns {
+				return fmt.Errorf("--max-connections %d and --max-unauthenticated-connections %d: want at least 1 each, the second no more than the first", maxConns, maxUnauth)
 			}
 			m := &app.Main{
 				Addr:            c.String("addr"),
@@ -97,12 +125,14 @@ func newServeCommand() *cli.Command {
 				Retention: retention.Config{
 					MaxAge:    c.Duration("retention-max-age"),
 					MaxEvents: c.Int("retention-max-events"),
+					MaxBytes:  logMax,
 					Interval:  c.Duration("retention-interval"),
 					Batch:     c.Int("retention-batch"),
 				},
 				Isolation: c.String("isolation"),
 				Confine: confine.Options{
-					Network:    c.String("agent-network"),
+					Network:    agentNetwork(c),
+					HostPorts:  c.IntSlice("agent-host-port"),
 					ReadPaths:  c.StringSlice("agent-read-path"),
 					WritePaths: c.StringSlice("agent-write-path"),
 					MaxProcs:   c.Int("agent-max-procs"),
@@ -110,8 +140,14 @@ func newServeCommand() *cli.Command {
 				},
 				Logger: logger,
 
+				MaxConnections:                maxConns,
+				MaxUnauthenticatedConnections: maxUnauth,
+
 				AgentIdleTimeout: idleTimeout,
+				AgentFSBudget:    fsBudget,
 				MaxAgents:        maxAgents,
+				SandboxDiskMax:   diskMax,
+				DiskReserve:      reserve,
 			}
 			ctx, stop := signalContext(c.Context)
 			defer stop()
@@ -155,6 +191,18 @@ func defaultDataDir() string {
 	return "sparkles-data"
 }
 
+// parseLimit reads the size flag name, where 0 switches the limit off.
+func parseLimit(c *cli.Context, name string) (int64, error) {
+	if v := c.String(name); v != "0" {
+		n, err := parseSize(v)
+		if err != nil {
+			return 0, fmt.Errorf("--%s %q: want a size such as 512M or 10G, or 0 for none", name, v)
+		}
+		return n, nil
+	}
+	return 0, nil
+}
+
 // parseSize reads a byte count with an optional K, M or G (binary) suffix.
 func parseSize(s string) (int64, error) {
 	mult := int64(1)
@@ -171,4 +219,13 @@ func parseSize(s string) (int64, error) {
 		return 0, errors.New("not a size")
 	}
 	return n * mult, nil
+}
+
+// agentNetwork is --agent-network as the operator set it, or "" for the
+// default: open where pasta is installed, else none with a warning.
+func agentNetwork(c *cli.Context) string {
+	if !c.IsSet("agent-network") {
+		return ""
+	}
+	return c.String("agent-network")
 }

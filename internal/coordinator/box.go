@@ -36,6 +36,7 @@ type box struct {
 	turn      *turnRun
 	approvals map[string]*approvalRun
 	deleted   bool
+	logBytes  logBytesWatch // the event log's byte bound (logbytes.go)
 
 	// The agent's slot (see slots and idle.go).
 	slot      bool          // holds a slot: booting, running or stopping
@@ -200,13 +201,20 @@ func (b *box) run(ctx context.Context) {
 			b.retryWrites()
 		}
 		b.stopForStore()
+		b.stopForLogBytes()
 		b.armFlush()
 		b.settleIdle()
 	}
 }
 
-// maxUpdateRun bounds how many waiting session updates one append takes.
-const maxUpdateRun = 1024
+// maxUpdateRun bounds how many waiting session updates one append takes,
+// and maxUpdateBytes their raw bytes: a run of large tool calls is one
+// append of about a MiB, which bounds how far a turn passes the event
+// log's byte bound before it is stopped (logbytes.go).
+const (
+	maxUpdateRun   = 1024
+	maxUpdateBytes = 1 << 20
+)
 
 // updates translates first and the session updates already waiting behind
 // it, and appends their events in one write. An agent that sends faster than
@@ -217,13 +225,18 @@ const maxUpdateRun = 1024
 func (b *box) updates(first agent.Inbound, inbox <-chan agent.Inbound) (next agent.Inbound, ok bool) {
 	evs := b.tr.Update(first.Params)
 	defer func() { b.emit(evs) }()
+	size := len(first.Params)
 	for range maxUpdateRun {
+		if size >= maxUpdateBytes {
+			break
+		}
 		select {
 		case in, ok := <-inbox:
 			if !ok || in.Kind != agent.Update {
 				return in, ok
 			}
 			evs = append(evs, b.tr.Update(in.Params)...)
+			size += len(in.Params)
 		default:
 			return agent.Inbound{}, true
 		}
@@ -280,6 +293,7 @@ func (b *box) setConn(conn *agent.Conn) {
 		b.c.cfg.Observer.AgentsRunning(-1)
 	}
 	b.conn = conn
+	b.c.disk.setRunning(b.id, conn != nil)
 }
 
 // setStatus appends evs and changes the sandbox's status in the same write,
@@ -392,13 +406,14 @@ func (b *box) boot(forTurn bool) {
 		Dir:     work,
 		Env:     agentEnv(reg, cfg),
 		Confinement: agent.Confinement{
-			Network: reg.Network, ReadPaths: reg.ReadPaths, WritePaths: reg.WritePaths,
+			Network: reg.Network, ReadPaths: reg.ReadPaths, WritePaths: reg.WritePaths, HostPorts: reg.HostPorts,
 		},
 		Logger: b.log(),
 
 		Launcher: b.c.cfg.Launcher,
 		Sandbox:  b.dir(),
 		Session:  st.AgentSession,
+		FSBudget: b.c.fsBudget,
 	}
 	timeout := b.c.cfg.BootTimeout
 	go func() {
@@ -469,6 +484,9 @@ func (b *box) booted(res bootResult) {
 	if b.deleted || b.c.ctx.Err() != nil {
 		res.conn.Close()
 		b.releaseSlot()
+		if b.deleted {
+			b.removeFiles() // what it wrote while it booted after the delete
+		}
 		return
 	}
 	b.setConn(res.conn)

@@ -49,6 +49,10 @@ type Config struct {
 	// Launcher, when set, starts every agent process confined to its
 	// sandbox directory (internal/confine); builtins are not processes.
 	Launcher agent.Launcher
+	// FSBudget is the memory that the fs/read_text_file and
+	// fs/write_text_file requests of all agents may hold at once (see
+	// agent.FSBudget); 0 is agent.DefaultFSBudget.
+	FSBudget int64
 
 	BootTimeout     time.Duration // default 30s
 	TurnTimeout     time.Duration // default 30m
@@ -72,6 +76,18 @@ type Config struct {
 	// (default 64). When every slot is held, a turn that needs an agent
 	// stops the least recently used idle one or waits for a slot.
 	MaxAgents int
+	// SandboxDiskMax bounds the bytes of one sandbox's work, home and tmp
+	// directories, and DiskReserve is free space under DataDir that agents
+	// never get (see disk.go); zero is no limit.
+	SandboxDiskMax int64
+	DiskReserve    int64
+	// LogMaxBytes bounds the bytes a sandbox's event log holds
+	// (--retention-max-bytes): a turn whose own events outgrow it is
+	// stopped and fails with log_full, and LogOver, when set, is told of
+	// a log past it so that retention prunes its finished turns at once
+	// (logbytes.go). Zero is no bound.
+	LogMaxBytes int64
+	LogOver     func(sandboxID string)
 
 	Logger   *slog.Logger
 	Now      func() time.Time
@@ -136,8 +152,11 @@ type Coordinator struct {
 	boxes map[string]*box
 	slots *slots
 
+	fsBudget *agent.FSBudget // shared by every agent started here
+
 	health  storeHealth
 	stalled atomic.Int64 // boxes with writes waiting for the store
+	disk    diskGuard    // what the disk guard knows (disk.go)
 
 	// Chosen once, in New: whether sandboxes have agent runtimes, and on
 	// which node each one runs (see placement.go).
@@ -205,12 +224,14 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{cfg: cfg, store: cfg.Store, log: cfg.Logger, ctx: ctx, cancel: cancel, boxes: map[string]*box{}, slots: newSlots(cfg.MaxAgents)}
+	c.fsBudget = agent.NewFSBudget(cfg.FSBudget)
 	// Chosen once (placement.go): whether sandboxes have runtimes, and on
 	// which node each one runs. Without agents there are no runtimes to
 	// place, so no node owns anything, cluster or not.
 	c.runtimes, c.place = noRuntimes{c}, local{c}
 	if hasAgents(cfg) {
 		c.runtimes = agentRuntimes{c}
+		c.startDiskGuard()
 		if cfg.Cluster != nil {
 			if err := startLeased(c, cfg.Cluster); err != nil {
 				cancel()

@@ -28,6 +28,9 @@ func (b *box) startTurn(input string) (sandbox.Turn, error) {
 		return sandbox.Turn{}, sandbox.Errorf(sandbox.ETurnInProgress,
 			"turn %s is still %s; wait for its turn.completed or cancel it", b.turn.turn.ID, b.turn.turn.Status)
 	}
+	if err := b.c.admitDisk(b.id); err != nil {
+		return sandbox.Turn{}, err
+	}
 	if _, _, err := b.translator(); err != nil {
 		return sandbox.Turn{}, err
 	}
@@ -239,6 +242,9 @@ func (b *box) agentGone(cause error, protocol bool) {
 	b.setConn(nil)
 	b.releaseSlot()
 	code, msg := sandbox.ErrAgentExited, "the agent exited unexpectedly"
+	if exit := (*agent.ExitError)(nil); errors.As(cause, &exit) && exit.Reason != "" {
+		msg = exit.Reason // its limits stopped it, e.g. over its memory
+	}
 	if protocol {
 		code, msg = sandbox.ErrProtocol, "the agent broke the protocol and was stopped"
 		if cause != nil {
@@ -437,16 +443,18 @@ func (b *box) cancelAndStop() []*sandbox.Event {
 	return b.endTurn(translate.TurnResult{Canceled: true})
 }
 
-// remove deletes the sandbox. Nothing happens unless the store takes its
-// first write; once it has, the delete stands, and a refusal of the rest
-// waits like any write.
-func (b *box) remove() error {
-	if err := b.tryWrite(nil, b.statusMutate(sandbox.StatusStopping, "stopping the agent")); err != nil {
-		return err
-	}
+// remove deletes the sandbox: its agent stops, its running turn ends
+// canceled and its files (work, home, tmp) are removed, at once, whether
+// or not the store takes writes: a delete is how an operator frees what
+// an agent holds, above all while a full disk refuses everything else.
+// The record (stopping, the turn's end, deleted) waits like any write
+// while the store refuses it, and lands when it takes writes again.
+func (b *box) remove() {
 	b.deleted = true
+	b.write(nil, b.statusMutate(sandbox.StatusStopping, "stopping the agent"))
 	evs := b.cancelAndStop()
-	return b.setStatus(sandbox.StatusDeleted, "deleted by request", evs...)
+	b.removeFiles()
+	b.setStatus(sandbox.StatusDeleted, "deleted by request", evs...)
 }
 
 // shutdown runs when the coordinator closes: the running turn is completed

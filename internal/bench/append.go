@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -93,7 +92,7 @@ func measureSync(r *runner, n int) (*histogram, error) {
 		if _, err := f.Write(block); err != nil {
 			return nil, err
 		}
-		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+		if err := datasync(f); err != nil {
 			return nil, err
 		}
 		h.record(time.Since(t0))

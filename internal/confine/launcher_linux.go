@@ -289,12 +289,15 @@ func (l *Launcher) spec(cmd *exec.Cmd, sandbox string) (spec, error) {
 	if rc, err := filepath.EvalSymlinks("/etc/resolv.conf"); err == nil && !inSystem(rc) {
 		read = append(read, rc)
 	}
+	resolver, resolverAt := upstreamResolver("/etc/resolv.conf", systemdUpstream)
 	return spec{
-		Path:    real,
-		Args:    cmd.Args,
-		Env:     privateEnv(cmd.Env, l.home, home, tmp),
-		Dir:     dir,
-		Sandbox: sandbox,
+		Resolver:   resolver,
+		ResolverAt: resolverAt,
+		Path:       real,
+		Args:       cmd.Args,
+		Env:        privateEnv(cmd.Env, l.home, home, tmp),
+		Dir:        dir,
+		Sandbox:    sandbox,
 		// Not the sandbox directory itself: agent.log is there, which the
 		// server opens again at every boot.
 		Own:      []string{dir, home, tmp},

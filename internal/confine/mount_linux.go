@@ -75,6 +75,13 @@ func mountAll(sp *spec) error {
 		return fmt.Errorf("open /dev/null: %w", err)
 	}
 	defer unix.Close(null)
+	resolver := -1
+	if sp.Network == NetworkOpen && sp.Resolver != "" {
+		if fd, err := unix.Open(sp.Resolver, unix.O_PATH|unix.O_CLOEXEC, 0); err == nil {
+			resolver = fd
+			defer unix.Close(fd)
+		}
+	}
 	devs := openDevices()
 	defer func() {
 		for _, d := range devs {
@@ -95,6 +102,11 @@ func mountAll(sp *spec) error {
 	for _, g := range gs {
 		if err := place(at(g.path), g); err != nil {
 			return err
+		}
+	}
+	if resolver >= 0 {
+		if err := bindFile(resolver, at(sp.ResolverAt)); err != nil {
+			return fmt.Errorf("show %s as %s: %w", sp.Resolver, sp.ResolverAt, err)
 		}
 	}
 	for _, l := range links {
@@ -250,6 +262,17 @@ func place(target string, g given) error {
 		attr |= unix.MOUNT_ATTR_RDONLY
 	}
 	return setattr(target, attr, true)
+}
+
+// bindFile binds the file open as fd over target, read-only.
+func bindFile(fd int, target string) error {
+	if err := mountPoint(target, false); err != nil {
+		return err
+	}
+	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(fd), target, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	return setattr(target, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, false)
 }
 
 // mountPoint makes an empty directory or file at target, unless one is

@@ -36,8 +36,9 @@ func New(Options) (*Launcher, error) {
 	return nil, errors.New("agent confinement needs Linux (namespaces and Landlock)")
 }
 
-func (*Launcher) Isolation() string { return "off" }
-func (*Launcher) LogAttrs() []any   { return nil }
+func (*Launcher) Isolation() string             { return "off" }
+func (*Launcher) Check(agent.Confinement) error { return errors.New("agent confinement needs Linux") }
+func (*Launcher) LogAttrs() []any               { return nil }
 func (*Launcher) Start(*exec.Cmd, string, agent.Confinement) (func(), error) {
 	return nil, errors.New("agent confinement needs Linux")
 }

@@ -39,6 +39,11 @@ type spec struct {
 	Write   []string // read-write operator paths
 	Protect []string // the data dir and the server user's home: never shown, even inside a path above
 
+	// Resolver, when set, is shown at ResolverAt (what /etc/resolv.conf
+	// names) to an agent with network open: the host's resolver listens
+	// on its own loopback, which the agent's namespace does not reach.
+	Resolver, ResolverAt string
+
 	Network  string
 	NoFile   uint64 // RLIMIT_NOFILE
 	MaxProcs uint64 // RLIMIT_NPROC; 0 leaves it as it is

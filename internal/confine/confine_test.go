@@ -386,13 +386,26 @@ func TestUnprivileged(t *testing.T) {
 	os.WriteFile(filepath.Join(data, "token"), []byte("secret"), 0o600)
 	// With 40 processes and threads at most, the agent cannot start 100
 	// sleepers: the kernel counts its RLIMIT_NPROC in its user namespace.
-	opts := confine.Options{DataDir: data, MaxProcs: 40}
+	// A program of this user's that agents may run: the agent is the same
+	// uid, so only the read-only mount stops it making it setuid.
+	tools := filepath.Join(base, "tools")
+	os.MkdirAll(tools, 0o755)
+	prog := filepath.Join(tools, "prog")
+	os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755)
+	opts := confine.Options{DataDir: data, MaxProcs: 40, ReadPaths: []string{tools}}
 	l := newLauncher(t, opts)
 	sb := sandboxDir(t, data, "c_nobody")
 	out, err := runConfined(t, l, sb, []string{"PATH=/usr/bin:/bin"}, "/bin/sh", "-c",
-		"id -u; if cat "+filepath.Join(data, "token")+" 2>/dev/null; then echo read-token; fi; echo ok > w && cat w")
-	if err != nil || strings.Contains(out, "read-token") || !strings.Contains(out, "ok") {
+		"id -u; if cat "+filepath.Join(data, "token")+" 2>/dev/null; then echo read-token; fi; "+
+			"chmod 4755 "+prog+" 2>/dev/null && echo chmod-prog; chmod 0755 "+data+" 2>/dev/null && echo chmod-data; "+
+			"echo ok > w && cat w")
+	if err != nil || strings.Contains(out, "read-token") || strings.Contains(out, "chmod-") || !strings.Contains(out, "ok") {
 		t.Fatalf("confined as %d: %v\n%s", os.Getuid(), err, out)
+	}
+	for path, want := range map[string]os.FileMode{prog: 0o755, data: 0o700 | os.ModeDir} {
+		if fi, err := os.Stat(path); err != nil || fi.Mode() != want {
+			t.Errorf("%s after the agent ran: %v (%v), want %v", path, fi.Mode(), err, want)
+		}
 	}
 	if got := strings.Fields(out)[0]; got != strconv.Itoa(os.Getuid()) {
 		t.Errorf("the agent's uid is %s, want the server's own %d", got, os.Getuid())

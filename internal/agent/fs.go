@@ -19,17 +19,24 @@ import (
 // directory, checked at each step of the walk); this type only maps the
 // agent's absolute paths onto it.
 type fsRoot struct {
-	root *os.Root
-	dirs []string // the sandbox directory as given, and with symlinks resolved
-	once sync.Once
+	root  *os.Root
+	dirs  []string // the sandbox directory as given, and with symlinks resolved
+	owner *fsOwner // who gets what the server creates for the agent; nil: the server
+	once  sync.Once
 }
+
+// fsOwner is the uid and gid of a sandbox directory that a root server
+// does not own: its agent's (confine.AgentID). What the server writes
+// there on the agent's behalf becomes the agent's, or the agent could not
+// change the files it asked for.
+type fsOwner struct{ uid, gid int }
 
 func openFSRoot(dir string) (*fsRoot, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, err
 	}
-	f := &fsRoot{root: root, dirs: []string{dir}}
+	f := &fsRoot{root: root, dirs: []string{dir}, owner: ownerOf(root)}
 	// The agent may build paths from either form (on some systems the
 	// temporary directory itself is a symlink).
 	if real, err := filepath.EvalSymlinks(dir); err == nil && real != dir {
@@ -70,7 +77,7 @@ func (f *fsRoot) write(path string, content []byte) *RPCError {
 		return rpcErr
 	}
 	if d := filepath.Dir(rel); d != "." {
-		if err := f.root.MkdirAll(d, 0o755); err != nil {
+		if err := f.mkdirAll(d); err != nil {
 			return fsError("write", path, err)
 		}
 	}
@@ -83,6 +90,9 @@ func (f *fsRoot) write(path string, content []byte) *RPCError {
 		file.Close()
 		return &RPCError{Code: codeInvalidParams, Message: "not a regular file: " + path}
 	}
+	if err == nil && f.owner != nil {
+		err = file.Chown(f.owner.uid, f.owner.gid)
+	}
 	if err == nil {
 		_, err = file.Write(content)
 	}
@@ -91,6 +101,28 @@ func (f *fsRoot) write(path string, content []byte) *RPCError {
 	}
 	if err != nil {
 		return fsError("write", path, err)
+	}
+	return nil
+}
+
+// mkdirAll makes dir and its missing parents, each the owner's.
+func (f *fsRoot) mkdirAll(dir string) error {
+	if f.owner == nil {
+		return f.root.MkdirAll(dir, 0o755)
+	}
+	parts := strings.Split(dir, string(filepath.Separator))
+	for i := range parts {
+		p := filepath.Join(parts[:i+1]...)
+		err := f.root.Mkdir(p, 0o755)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err == nil {
+			err = f.root.Lchown(p, f.owner.uid, f.owner.gid)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -372,4 +373,35 @@ func FuzzWriteContent(f *testing.F) {
 			t.Fatalf("%q: got %q, %v; want %q", b, got, err, want)
 		}
 	})
+}
+
+// TestWriteGivesToOwner: a root server writes a file the agent asked for
+// (and the directories it needs) as the owner of the sandbox directory, the
+// agent's uid, so that the agent can change it afterwards.
+func TestWriteGivesToOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown needs root (CI runs as root)")
+	}
+	dir := t.TempDir()
+	const id = 2000000000
+	if err := os.Chown(dir, id, id); err != nil {
+		t.Fatal(err)
+	}
+	files, err := openFSRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer files.close()
+	if err := files.write("a/b/notes.txt", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "a/b", "a/b/notes.txt"} {
+		fi, err := os.Lstat(filepath.Join(dir, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != id || st.Gid != id {
+			t.Errorf("%s is %d:%d, want the sandbox's owner %d:%d", p, st.Uid, st.Gid, id, id)
+		}
+	}
 }

@@ -23,6 +23,9 @@ const (
 	// EUnavailable: the store cannot take writes (disk full, store
 	// unreachable). Reads keep working; a write is worth trying again later.
 	EUnavailable = "unavailable"
+	// EPreconditionFailed: a conditional write (If-Match) whose
+	// condition no longer holds (412); read again, then write.
+	EPreconditionFailed = "precondition_failed"
 )
 
 // ErrAgent is the sandbox.error (and turn.completed error) code of a prompt

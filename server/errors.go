@@ -26,6 +26,8 @@ func statusOf(typ string) int {
 		return http.StatusConflict
 	case sandbox.ECursorPruned, sandbox.ECursorStale:
 		return http.StatusGone
+	case sandbox.EPreconditionFailed:
+		return http.StatusPreconditionFailed
 	case sandbox.EPayloadTooLarge:
 		return http.StatusRequestEntityTooLarge
 	case sandbox.EUnsupportedMediaType:

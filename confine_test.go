@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/internal/loopback"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -102,46 +102,7 @@ func victim(t *testing.T) int {
 
 // loopbackListener accepts and closes connections on 127.0.0.1 until the
 // test ends.
-func loopbackListener(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	return l.Addr().String()
-}
-
-// greeter answers every connection on 127.0.0.1 with a line, name, until
-// the test ends, and returns its port.
-func greeter(t *testing.T, name string) int {
-	t.Helper()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprintln(c, name)
-			c.Close()
-		}
-	}()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func loopbackListener(t *testing.T) string { return loopback.Listen(t, nil).String() }
 
 // hostileTurn creates a sandbox of the hostile agent with env, runs one
 // turn and returns the sandbox id and the agent's report.
@@ -230,7 +191,7 @@ func TestConfinement(t *testing.T) {
 				}
 			}()
 			addr := loopbackListener(t)
-			hostPort := greeter(t, "host-port")
+			hostPort := loopback.Greeter(t, "host-port")
 			// A daemon's socket outside /tmp, /run and the home (think
 			// /var/lib/mysql/mysql.sock): not mounted in the agent's view.
 			sock := filepath.Join(uncoveredDir(t), "daemon.sock")
@@ -421,7 +382,7 @@ func TestConfinement(t *testing.T) {
 func TestConfinementNetworkNone(t *testing.T) {
 	hostile := buildHostileAgent(t)
 	dataDir := t.TempDir()
-	addr, hostPort := loopbackListener(t), greeter(t, "host-port")
+	addr, hostPort := loopbackListener(t), loopback.Greeter(t, "host-port")
 	p := startServe(t, cliEnv(t), dataDir, "confine-token", "--agent", "hostile="+hostile, "--agent-network", "none",
 		"--agent-host-port", strconv.Itoa(hostPort))
 	p.waitServing()
@@ -449,7 +410,7 @@ func TestConfinementNetworkNone(t *testing.T) {
 func TestConfinementPerAgent(t *testing.T) {
 	hostile := buildHostileAgent(t)
 	dataDir, extra := uncoveredDir(t), uncoveredDir(t)
-	addr, hostPort := loopbackListener(t), greeter(t, "host-port")
+	addr, hostPort := loopbackListener(t), loopback.Greeter(t, "host-port")
 	file := filepath.Join(t.TempDir(), "agents.json")
 	writeAgents := func(writePath string) {
 		b, _ := json.Marshal(map[string]any{"agents": map[string]any{

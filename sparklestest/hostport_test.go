@@ -5,7 +5,6 @@ package sparklestest_test
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/client"
 	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/loopback"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/sparklestest"
 )
@@ -54,25 +54,7 @@ func init() {
 // other.
 func TestWithAgentHostPort(t *testing.T) {
 	ctx := testContext(t)
-	serve := func(name string) int {
-		l, err := net.Listen("tcp4", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				fmt.Fprintln(c, name)
-				c.Close()
-			}
-		}()
-		return l.Addr().(*net.TCPAddr).Port
-	}
-	model, entry, other := serve("model"), serve("entry"), serve("other")
+	model, entry, other := loopback.Greeter(t, "model"), loopback.Greeter(t, "entry"), loopback.Greeter(t, "other")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -18,31 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/internal/loopback"
 	"golang.org/x/sys/unix"
 )
 
 // hostService listens on the host's 127.0.0.1 and runs serve for every
 // connection until the test ends.
 func hostService(t *testing.T, serve func(c *net.TCPConn)) int {
-	t.Helper()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				serve(c.(*net.TCPConn))
-			}()
-		}
-	}()
-	return l.Addr().(*net.TCPAddr).Port
+	return loopback.Listen(t, serve).Port
 }
 
 // unusedPort is a port of 127.0.0.1 where nothing listens.

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/confine"
+	"github.com/sparkles-dev/sparkles/internal/loopback"
 )
 
 // dialVar makes the test binary a client that dials each address it names
@@ -59,28 +59,6 @@ func dialLine(addr string) string {
 		return "error: " + err.Error()
 	}
 	return strings.TrimSpace(line)
-}
-
-// greeter serves a line naming it on 127.0.0.1 of the host until the test
-// ends, and returns its port.
-func greeter(t *testing.T, name string) int {
-	t.Helper()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprintln(c, name)
-			c.Close()
-		}
-	}()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // dialConfined runs the dialing client confined by l, with what its
@@ -126,7 +104,7 @@ func TestHostPorts(t *testing.T) {
 	if base == "" {
 		base = varTmp(t)
 	}
-	given, other, perAgent := greeter(t, "given"), greeter(t, "other"), greeter(t, "per-agent")
+	given, other, perAgent := loopback.Greeter(t, "given"), loopback.Greeter(t, "other"), loopback.Greeter(t, "per-agent")
 	p := strconv.Itoa
 	for _, network := range []string{confine.NetworkNone, confine.NetworkOpen} {
 		t.Run(network, func(t *testing.T) {

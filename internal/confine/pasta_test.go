@@ -24,6 +24,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/confine"
+	"github.com/sparkles-dev/sparkles/internal/loopback"
 	"golang.org/x/sys/unix"
 )
 
@@ -236,18 +237,7 @@ func serveIn(t *testing.T, ns, addr, name string, port *int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	*port = l.Addr().(*net.TCPAddr).Port
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprintln(c, name)
-			c.Close()
-		}
-	}()
+	*port = loopback.Serve(t, l, func(c *net.TCPConn) { fmt.Fprintln(c, name) }).Port
 }
 
 // runInNetns runs the test named again in the network namespace ns, as
@@ -289,7 +279,7 @@ func runInNetns(t *testing.T, ns, user, name string, env ...string) {
 func TestPastaFails(t *testing.T) {
 	if os.Getenv(pastaFailVar) != "" {
 		var log bytes.Buffer
-		given := greeter(t, "given") // on the loopback of the namespace the test made
+		given := loopback.Greeter(t, "given") // on the loopback of the namespace the test made
 		data := filepath.Join(os.Getenv(asUserVar), "data")
 		os.MkdirAll(data, 0o700)
 		l := newLauncher(t, confine.Options{DataDir: data, Network: confine.NetworkOpen, HostPorts: []int{given},

@@ -26,6 +26,28 @@ const uid, gid = 65534, 65534
 // both.
 func Also(t *testing.T) {
 	t.Helper()
+	Tests(t, "^"+t.Name()+"$")
+}
+
+// Instead runs the current top-level test as nobody in place of root, and
+// reports whether it did (the caller then returns): for a test whose
+// point root would miss (modes that do not bind root). Run as anyone
+// else, or in that run, it reports false and the test goes on.
+func Instead(t *testing.T) bool {
+	t.Helper()
+	if os.Getuid() != 0 || os.Getenv(envVar) != "" {
+		return false
+	}
+	Tests(t, "^"+t.Name()+"$")
+	return true
+}
+
+// Tests runs the tests of the package that match pattern (a -test.run
+// pattern) as nobody when the process is root, and fails t unless they
+// all pass and none skips: a skip as nobody would be a case not covered.
+// It does nothing when the process is not root or is that run already.
+func Tests(t *testing.T, pattern string) {
+	t.Helper()
 	if os.Getuid() != 0 || os.Getenv(envVar) != "" {
 		return
 	}
@@ -46,12 +68,12 @@ func Also(t *testing.T) {
 	if err := os.Chown(dir, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+	cmd := exec.Command(bin, "-test.run="+pattern, "-test.count=1", "-test.v")
 	cmd.Dir = dir
 	cmd.Env = []string{envVar + "=1", "PATH=/usr/bin:/bin", "HOME=" + dir, "TMPDIR=" + dir}
 	cmd.SysProcAttr = sysProcAttr()
 	out, err := cmd.CombinedOutput()
-	if err != nil || !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
+	if err != nil || !bytes.Contains(out, []byte("\nPASS\n")) || bytes.Contains(out, []byte("--- SKIP")) {
 		t.Fatalf("as nobody: %v\n%s", err, out)
 	}
 }

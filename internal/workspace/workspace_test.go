@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sparkles-dev/sparkles/internal/nobody"
+
 	"github.com/sparkles-dev/sparkles/internal/workspace"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -380,7 +382,7 @@ func TestRemove(t *testing.T) {
 // same. Root ignores the modes, so as root the test reruns itself as
 // nobody, where they matter.
 func TestRemoveReadOnly(t *testing.T) {
-	if asNobody(t) {
+	if nobody.Instead(t) {
 		return
 	}
 	e := mustOpen(t, workspace.Options{})

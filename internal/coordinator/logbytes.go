@@ -81,10 +81,12 @@ func (b *box) stopForLogBytes() {
 		res = translate.TurnResult{Canceled: true} // the user's cancel decides, as it does whatever the agent says
 	}
 	b.stopAgent()
+	// Retention is told before the turn's end is written, so that whoever
+	// sees the turn fail or the box stop finds retention already told.
+	b.nudge()
 	evs := b.tr.Error(sandbox.ErrLogFull, msg)
 	evs = b.endTurn(res, evs...)
 	b.setStatus(sandbox.StatusStopped, "the agent was stopped because its turn outgrew the event log's byte bound; it starts again with the next turn", evs...)
-	b.nudge()
 }
 
 // nudge tells retention of a log past its bound.

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/internal/floodagent"
@@ -16,6 +17,7 @@ func TestLogBytes(t *testing.T) {
 	const bound = 4 << 20
 	var mu sync.Mutex
 	over := map[string]int{}
+	told := make(chan struct{}, 16)
 	e := newEnv(t, func(c *coordinator.Config) {
 		c.Builtins = map[string]coordinator.BuiltinAgent{"flood": floodagent.Run}
 		c.LogMaxBytes = bound
@@ -23,6 +25,7 @@ func TestLogBytes(t *testing.T) {
 			mu.Lock()
 			over[id]++
 			mu.Unlock()
+			told <- struct{}{}
 		}
 	})
 	overs := func(id string) int {
@@ -51,6 +54,13 @@ func TestLogBytes(t *testing.T) {
 		}
 		if log, _ := logBytes(); log <= bound {
 			t.Fatalf("the log holds %d bytes, want past the bound %d for this test", log, bound)
+		}
+		// The step that crossed the bound may be the turn's last, whose
+		// events reach the log before the box looks at its size.
+		select {
+		case <-told:
+		case <-time.After(10 * time.Second):
+			t.Fatal("retention was not told of a log past its bound")
 		}
 		if got := overs(sb.ID); got != 1 {
 			t.Fatalf("retention told %d times of a log past its bound, want once, in the turn that passed it", got)

@@ -158,6 +158,7 @@ func runConformance(t *testing.T, a conformanceAgent) {
 		done := s.completed(turn)
 		s.wantStatus(done, sandbox.TurnSucceeded)
 		s.wantFile("notes.txt", a.content(prompt))
+		s.wantChanges(turn, done, "notes.txt", a.content(prompt))
 		// Every adapter reports usage one way or another (the prompt
 		// answer, usage_update, Gemini's _meta), and so does the demo.
 		if done.Usage == nil || done.Usage.TotalTokens == 0 && done.Usage.ContextTokens == 0 {
@@ -351,6 +352,50 @@ func (s *scenarioRun) wantFile(name, content string) {
 	if string(b) != content {
 		s.t.Errorf("%s holds %q, want %q", name, b, content)
 	}
+}
+
+// wantChanges checks that the turn's changes list the file it wrote as
+// added, and that the turn's diff adds exactly its content.
+func (s *scenarioRun) wantChanges(turn string, d sandbox.TurnCompleted, name, content string) {
+	s.t.Helper()
+	found := false
+	if d.Changes != nil {
+		for _, f := range d.Changes.Files {
+			found = found || f == sandbox.FileChange{Path: name, Change: sandbox.ChangeAdded}
+		}
+	}
+	if !found {
+		s.t.Errorf("turn.completed changes %+v do not list %s as added", d.Changes, name)
+	}
+	status, _, body := s.p.send(http.MethodGet, "/v1/sandboxes/"+s.id+"/turns/"+turn+"/diff", nil)
+	if status != http.StatusOK {
+		s.t.Errorf("GET diff: %d %s", status, body)
+		return
+	}
+	if got := addedBy(string(body), name); got != content {
+		s.t.Errorf("the diff adds %q to %s, want %q; diff:\n%s", got, name, content, body)
+	}
+}
+
+// addedBy is what a unified diff adds to a new file: its + lines, the
+// last one without a newline when the diff says so.
+func addedBy(diff, name string) string {
+	var out strings.Builder
+	in := false
+	lines := strings.Split(diff, "\n")
+	for i, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "diff --git "):
+			in = l == "diff --git a/"+name+" b/"+name
+		case !in || strings.HasPrefix(l, "+++ "):
+		case strings.HasPrefix(l, "+"):
+			out.WriteString(l[1:])
+			if i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], `\ No newline`) {
+				out.WriteString("\n")
+			}
+		}
+	}
+	return out.String()
 }
 
 func (s *scenarioRun) wantNoFile(name string) {

@@ -93,48 +93,19 @@ kill() {
 // loopback port of its own, with the token file where the README reads
 // it. It fails when a command fails.
 func TestREADMEWalkThrough(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("curl is not installed; the README's walk-through needs it")
-		}
-		t.Skip("curl is not installed")
-	}
-	home := t.TempDir()
-	dataDir := filepath.Join(home, ".local", "share", "sparkles")
-	env := append(cliEnv(t), "HOME="+home)
-	p := startServe(t, env, dataDir, "")
-	p.waitServing()
+	out, streams := runREADMESection(t, "## A walk-through with curl")
 
-	streams := t.TempDir()
-	script := walkThroughShims + strings.Join(readmeBlocks(t, "## A walk-through with curl"), "\n")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", script)
-	cmd.Env = append(env, "SPARKLES_URL="+p.url, "STREAMS="+streams)
-	cmd.Dir = t.TempDir()
-	// Its own process group, so that nothing it started outlives it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	failures, _ := os.ReadFile(filepath.Join(streams, "failures"))
-	if err != nil || len(failures) > 0 {
-		t.Fatalf("the walk-through failed (%v):\n%s\noutput:\n%s\nserver log:\n%s", err, failures, out.String(), p.logTail())
-	}
-
-	m := regexp.MustCompile(`approval (appr_\w+), last event read (\d+)`).FindStringSubmatch(out.String())
+	m := regexp.MustCompile(`approval (appr_\w+), last event read (\d+)`).FindStringSubmatch(out)
 	if m == nil {
-		t.Fatalf("the walk-through found no approval:\n%s", out.String())
+		t.Fatalf("the walk-through found no approval:\n%s", out)
 	}
 	last, _ := strconv.ParseUint(m[2], 10, 64)
-	if !strings.Contains(out.String(), `"id":"`+m[1]+`","object":"approval"`) {
-		t.Fatalf("the approve step did not answer the approval:\n%s", out.String())
+	if !strings.Contains(out, `"id":"`+m[1]+`","object":"approval"`) {
+		t.Fatalf("the approve step did not answer the approval:\n%s", out)
 	}
 	files, _ := filepath.Glob(filepath.Join(streams, "*.sse"))
 	if len(files) != 2 {
-		t.Fatalf("%d streams were opened, want 2: %v\n%s", len(files), files, out.String())
+		t.Fatalf("%d streams were opened, want 2: %v\n%s", len(files), files, out)
 	}
 	for _, f := range files {
 		b, _ := os.ReadFile(f)
@@ -158,7 +129,70 @@ func TestREADMEWalkThrough(t *testing.T) {
 	}
 }
 
+// runREADMESection runs the sh blocks of a README section, as they
+// stand and in order, in bash with walkThroughShims, against a real
+// `sparkles serve` on its embedded defaults (HOME a temporary one). It
+// answers what they printed and the directory of their streams.
+func runREADMESection(t *testing.T, heading string) (out, streams string) {
+	t.Helper()
+	if _, err := exec.LookPath("curl"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("curl is not installed; the README's walk-throughs need it")
+		}
+		t.Skip("curl is not installed")
+	}
+	home := t.TempDir()
+	dataDir := filepath.Join(home, ".local", "share", "sparkles")
+	env := append(cliEnv(t), "HOME="+home)
+	p := startServe(t, env, dataDir, "")
+	p.waitServing()
+
+	streams = t.TempDir()
+	script := walkThroughShims + strings.Join(readmeBlocks(t, heading), "\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Env = append(env, "SPARKLES_URL="+p.url, "STREAMS="+streams)
+	cmd.Dir = t.TempDir()
+	// Its own process group, so that nothing it started outlives it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Run()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	failures, _ := os.ReadFile(filepath.Join(streams, "failures"))
+	if err != nil || len(failures) > 0 {
+		t.Fatalf("the README's %q failed (%v):\n%s\noutput:\n%s\nserver log:\n%s", heading, err, failures, buf.String(), p.logTail())
+	}
+	return buf.String(), streams
+}
+
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// TestREADMEWorkspace runs the README's workspace section as it stands:
+// an upload, a turn that writes a file, its changes and diff, the work
+// taken out, and a revert.
+func TestREADMEWorkspace(t *testing.T) {
+	o, _ := runREADMESection(t, "## The workspace: a codebase in, the work out")
+	for _, want := range []string{
+		`"changes":{"added":1,"modified":0,"deleted":0,"files":[{"path":"notes.txt","change":"added"}]`,
+		"+++ b/notes.txt\n", "+Written by the Sparkles demo agent.\n", // the diff
+		"Prompt: please write notes.txt\n", // the file taken out
+		"notes.txt\nsrc/\nsrc/main.go\n",   // the archive
+	} {
+		if !strings.Contains(o, want) {
+			t.Fatalf("the output lacks %q:\n%s", want, o)
+		}
+	}
+	i := strings.LastIndex(o, `"object":"sandbox"`)
+	if i < 0 {
+		t.Fatalf("the revert answered no sandbox:\n%s", o)
+	}
+	if after := o[i:]; strings.Contains(after, "notes.txt") || !strings.Contains(after, `"path":"docs"`) || !strings.Contains(after, `"path":"src"`) {
+		t.Fatalf("after the revert the workspace lists:\n%s", after)
+	}
 }

@@ -33,7 +33,21 @@ func (s *State) Clone() *State {
 func (sb Sandbox) Clone() Sandbox {
 	sb.Metadata = maps.Clone(sb.Metadata)
 	sb.CurrentTurn = sb.CurrentTurn.Clone()
+	sb.Source = sb.Source.Clone()
 	return sb
+}
+
+// Clone returns a deep copy of the source; nil stays nil.
+func (s *Source) Clone() *Source {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	if s.Git != nil {
+		g := *s.Git
+		c.Git = &g
+	}
+	return &c
 }
 
 // Clone returns a deep copy of the turn; nil stays nil.

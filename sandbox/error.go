@@ -26,6 +26,10 @@ const (
 	// EPreconditionFailed: a conditional write (If-Match) whose
 	// condition no longer holds (412); read again, then write.
 	EPreconditionFailed = "precondition_failed"
+	// EInsufficientStorage: a write into a workspace would pass a disk
+	// limit (--sandbox-disk-max, --disk-reserve), which the message
+	// names (507).
+	EInsufficientStorage = "insufficient_storage"
 )
 
 // ErrAgent is the sandbox.error (and turn.completed error) code of a prompt

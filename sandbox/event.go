@@ -24,12 +24,16 @@ const (
 	TypeApprovalRequested Type = "approval.requested"
 	TypeApprovalResolved  Type = "approval.resolved"
 	TypeSandboxError      Type = "sandbox.error"
+	// TypeWorkspaceReverted records that the workspace was put back as
+	// it was when a turn started (SPEC §10).
+	TypeWorkspaceReverted Type = "workspace.reverted"
 )
 
 // DurableTypes are the types of the events written to the log.
 var DurableTypes = []Type{
 	TypeTurnStarted, TypeTurnCompleted, TypeMessageUpdated, TypeMessageCompleted,
 	TypeToolUpdated, TypeApprovalRequested, TypeApprovalResolved, TypeSandboxError,
+	TypeWorkspaceReverted,
 }
 
 // Durable reports whether events of this type are written to the log and
@@ -182,6 +186,8 @@ func DecodeData(typ Type, raw json.RawMessage) (any, error) {
 		v = new(ApprovalResolved)
 	case TypeSandboxError:
 		v = new(SandboxError)
+	case TypeWorkspaceReverted:
+		v = new(WorkspaceReverted)
 	default:
 		return append(json.RawMessage(nil), raw...), nil
 	}

@@ -130,7 +130,10 @@ const (
 	// data dir's free space fell under --disk-reserve; the agent was
 	// stopped so that it cannot keep writing.
 	ErrDiskFull = "disk_full"
-	ErrInternal = "internal"
+	// ErrSourceFailed: the workspace's source (a git repository) could
+	// not be fetched; the sandbox is failed.
+	ErrSourceFailed = "source_failed"
+	ErrInternal     = "internal"
 )
 
 // SandboxStatus is the data of a transient sandbox.status frame.
@@ -181,6 +184,44 @@ type TurnCompleted struct {
 	Error      *ErrorInfo `json:"error"`
 	DurationMS int64      `json:"duration_ms"`
 	Usage      *Usage     `json:"usage"`
+	// Changes is what the turn changed in the workspace; null when it
+	// could not be recorded (the turn never ran, or its end was settled
+	// by a coordinator that restarted).
+	Changes *Changes `json:"changes"`
+}
+
+// MaxChangedFiles is how many files Changes lists; the counts cover all.
+const MaxChangedFiles = 1000
+
+// The kinds of FileChange.Change.
+const (
+	ChangeAdded    = "added"
+	ChangeModified = "modified"
+	ChangeDeleted  = "deleted"
+)
+
+// Changes sums up what a turn changed in the workspace: the counts of
+// every change, and the files sorted by path, at most MaxChangedFiles of
+// them (Truncated tells that more changed).
+type Changes struct {
+	Added     int          `json:"added"`
+	Modified  int          `json:"modified"`
+	Deleted   int          `json:"deleted"`
+	Files     []FileChange `json:"files"`
+	Truncated bool         `json:"truncated"`
+}
+
+// FileChange is one file's change; Path is relative to the workspace,
+// with forward slashes.
+type FileChange struct {
+	Path   string `json:"path"`
+	Change string `json:"change"`
+}
+
+// WorkspaceReverted is the data of workspace.reverted: the workspace was
+// put back as it was when turn TurnID started.
+type WorkspaceReverted struct {
+	TurnID string `json:"turn_id"`
 }
 
 // MessageUpdated is the data of message.updated: the whole part so far.

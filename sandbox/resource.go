@@ -24,6 +24,24 @@ type Sandbox struct {
 	LastEventID   Seq               `json:"last_event_id"`
 	OldestEventID Seq               `json:"oldest_event_id"`
 	PrunedThrough Seq               `json:"pruned_through"`
+	// Source is where the workspace came from, when it came from
+	// somewhere (SPEC §10); its URL never holds a credential.
+	Source *Source `json:"source,omitempty"`
+}
+
+// Source is where a sandbox's workspace comes from at create.
+type Source struct {
+	Git *GitSource `json:"git,omitempty"`
+}
+
+// GitSource is a git repository cloned into the workspace before the
+// agent boots: URL (https, http or a local path the server may read), Ref
+// (a branch, a tag or a commit; the remote's default branch when empty),
+// and Depth (the commits of history to fetch; 0 fetches it all).
+type GitSource struct {
+	URL   string `json:"url"`
+	Ref   string `json:"ref,omitempty"`
+	Depth int    `json:"depth,omitempty"`
 }
 
 // Turn is the public turn resource.

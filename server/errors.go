@@ -34,6 +34,8 @@ func statusOf(typ string) int {
 		return http.StatusUnsupportedMediaType
 	case sandbox.EUnavailable:
 		return http.StatusServiceUnavailable
+	case sandbox.EInsufficientStorage:
+		return http.StatusInsufficientStorage
 	default:
 		return http.StatusInternalServerError
 	}

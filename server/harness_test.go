@@ -47,12 +47,18 @@ type options struct {
 	// bodyTimeout bounds the reading of request bodies.
 	bodyTimeout time.Duration
 	observer    Observer
+	// coord changes the coordinator's config (a data dir, limits).
+	coord func(*coordinator.Config)
 }
 
 func newHarness(tb testing.TB, opt options) *harness {
 	tb.Helper()
 	st := bolttest.MustOpen(tb)
-	coord, err := coordinator.New(coordinator.Config{Store: st})
+	cfg := coordinator.Config{Store: st}
+	if opt.coord != nil {
+		opt.coord(&cfg)
+	}
+	coord, err := coordinator.New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -36,6 +37,12 @@ type Backend interface {
 	Head(id string) (sandbox.Head, error)
 	Wait(id string) <-chan struct{}
 	Agents(ctx context.Context) ([]coordinator.AgentInfo, error)
+	Files(ctx context.Context, id string) (*coordinator.Files, error)
+	Diff(ctx context.Context, id, turnID string, w io.Writer) error
+	Revert(ctx context.Context, id, turnID string) (sandbox.Sandbox, error)
+	// Holder says where a sandbox's workspace is: here, or the base URL
+	// of the node to proxy its requests to (forward.go).
+	Holder(ctx context.Context, id string) (url string, here bool, err error)
 }
 
 var _ Backend = (*coordinator.Coordinator)(nil)
@@ -194,6 +201,14 @@ func (s *Server) newRouter() *httprouter.Router {
 		{http.MethodPost, "/v1/sandboxes/:id/turns", accessFull, s.startTurn},
 		{http.MethodGet, "/v1/sandboxes/:id/turns/:turn_id", accessFull, s.getTurn},
 		{http.MethodPost, "/v1/sandboxes/:id/turns/:turn_id/cancel", accessFull, s.cancelTurn},
+		{http.MethodGet, "/v1/sandboxes/:id/turns/:turn_id/diff", accessFull, s.atHolder(s.getDiff)},
+		{http.MethodPost, "/v1/sandboxes/:id/turns/:turn_id/revert", accessFull, s.revertTurn},
+		{http.MethodGet, "/v1/sandboxes/:id/files", accessFull, s.atHolder(s.getFile)},
+		{http.MethodGet, "/v1/sandboxes/:id/files/*path", accessFull, s.atHolder(s.getFile)},
+		{http.MethodPut, "/v1/sandboxes/:id/files/*path", accessFull, s.atHolder(s.putFile)},
+		{http.MethodDelete, "/v1/sandboxes/:id/files/*path", accessFull, s.atHolder(s.deleteFile)},
+		{http.MethodGet, "/v1/sandboxes/:id/archive", accessFull, s.atHolder(s.getArchive)},
+		{http.MethodPut, "/v1/sandboxes/:id/archive", accessFull, s.atHolder(s.putArchive)},
 		{http.MethodPost, "/v1/sandboxes/:id/approvals/:approval_id", accessFull, s.decide},
 		{http.MethodGet, "/v1/sandboxes/:id/events", accessRead, s.eventsPage},
 		{http.MethodGet, "/v1/sandboxes/:id/events/stream", accessRead, s.stream},

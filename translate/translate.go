@@ -82,6 +82,9 @@ type TurnResult struct {
 	// Usage is the token usage the prompt answer reported, nil when it
 	// reported none; turn.completed shows it as is.
 	Usage *sandbox.Usage
+	// Changes is what the turn changed in the workspace, nil when it was
+	// not recorded; its paths are redacted like every string.
+	Changes *sandbox.Changes
 }
 
 // Stats counts what the Translator did not forward.
@@ -276,6 +279,8 @@ func (t *Translator) EndTurn(r TurnResult) []*sandbox.Event {
 		done.Usage.ContextTokens, done.Usage.ContextWindow = t.context.used, t.context.size
 	}
 
+	done.Changes = t.redactChanges(r.Changes)
+
 	decision, reason := sandbox.DecisionCanceled, sandbox.ReasonTurnCanceled
 	if done.Status == sandbox.TurnFailed && r.Err != nil && r.Err.Code == sandbox.ErrAgentExited {
 		decision, reason = sandbox.DecisionFailed, sandbox.ReasonAgentExited
@@ -295,12 +300,34 @@ func (t *Translator) Error(code, message string) []*sandbox.Event {
 	switch code {
 	case sandbox.ErrAgentStartFailed, sandbox.ErrAgentExited, sandbox.ErrProtocol,
 		sandbox.ErrTurnTimeout, sandbox.ErrCoordinatorRestarted, sandbox.ErrSessionLost, sandbox.ErrInternal,
-		sandbox.ErrLogFull:
+		sandbox.ErrLogFull, sandbox.ErrDiskFull, sandbox.ErrSourceFailed:
 	default:
 		code = sandbox.ErrInternal
 	}
 	msg := t.redactBounded(message, maxMessageBytes)
 	return []*sandbox.Event{t.event(t.now(), sandbox.TypeSandboxError, &sandbox.SandboxError{Code: code, Message: msg})}
+}
+
+// Reverted returns the workspace.reverted of a revert to turn turnID's
+// start. It belongs to no turn: a revert runs between turns.
+func (t *Translator) Reverted(turnID string) []*sandbox.Event {
+	ev := t.event(t.now(), sandbox.TypeWorkspaceReverted, &sandbox.WorkspaceReverted{TurnID: turnID})
+	ev.TurnID = ""
+	return []*sandbox.Event{ev}
+}
+
+// redactChanges copies c with every path redacted: a file an agent names
+// after a secret shows no more than its message would.
+func (t *Translator) redactChanges(c *sandbox.Changes) *sandbox.Changes {
+	if c == nil {
+		return nil
+	}
+	out := *c
+	out.Files = make([]sandbox.FileChange, len(c.Files))
+	for i, f := range c.Files {
+		out.Files[i] = sandbox.FileChange{Path: t.redact(f.Path), Change: f.Change}
+	}
+	return &out
 }
 
 // Stats returns a copy of the counters.

@@ -61,9 +61,9 @@ func RunDemo(ctx context.Context, in io.Reader, out io.Writer, env []string) err
 // cancellation) the same way every time. A prompt steers it with the words
 // of DemoWords.
 //
-// It keeps each session's turns (prompt and reply) in its working directory,
-// in .sparkles-demo/SESSION.jsonl, as real agents keep theirs under their
-// HOME, so that a later process can load the session (session/load): it
+// It keeps each session's turns (prompt and reply) in $HOME/.sparkles-demo/
+// SESSION.jsonl (its working directory when it has no HOME), as real
+// agents keep theirs under their HOME, so that a later process can load the session (session/load): it
 // replays the turns as user and agent message chunks, and recall sees them.
 //
 // It returns nil when in ends, ctx.Err when ctx ends first, ErrCrash when a

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 )
 
 // demoEntry is one finished turn of a demo session, as the demo keeps it.
@@ -19,7 +20,9 @@ type demoEntry struct {
 	Reply  string `json:"reply"`
 }
 
-// demoDir is where the demo keeps its sessions, inside its working directory.
+// demoDir is where the demo keeps its sessions, in its HOME as real
+// agents keep theirs (in its working directory when it has no HOME), so
+// that they are not part of the workspace a turn changes.
 const demoDir = ".sparkles-demo"
 
 // codeResourceNotFound is ACP's error for an unknown resource.
@@ -35,8 +38,19 @@ func newDemoSession() string {
 	return "demo-session-" + hex.EncodeToString(b)
 }
 
-func demoSessionFile(cwd, id string) string {
-	return filepath.Join(cwd, demoDir, id+".jsonl")
+func (d *demo) sessionFile(cwd, id string) string {
+	return filepath.Join(d.stateDir(cwd), id+".jsonl")
+}
+
+// stateDir is where the demo keeps its sessions: under HOME when its
+// environment has one, else under its working directory.
+func (d *demo) stateDir(cwd string) string {
+	for _, kv := range d.env {
+		if home, ok := strings.CutPrefix(kv, "HOME="); ok && filepath.IsAbs(home) {
+			return filepath.Join(home, demoDir)
+		}
+	}
+	return filepath.Join(cwd, demoDir)
 }
 
 // load answers session/load: it reads the session's turns, replays them as
@@ -50,7 +64,7 @@ func (d *demo) load(m *message) error {
 	if !demoSessionRe.MatchString(p.SessionID) {
 		return d.fail(m.ID, codeResourceNotFound, "no such session")
 	}
-	b, err := os.ReadFile(demoSessionFile(p.Cwd, p.SessionID))
+	b, err := os.ReadFile(d.sessionFile(p.Cwd, p.SessionID))
 	if errors.Is(err, fs.ErrNotExist) {
 		return d.fail(m.ID, codeResourceNotFound, "no such session")
 	}
@@ -96,10 +110,10 @@ func (d *demo) remember(e demoEntry) {
 	if err != nil {
 		return
 	}
-	if err := os.MkdirAll(filepath.Join(cwd, demoDir), 0o700); err != nil {
+	if err := os.MkdirAll(d.stateDir(cwd), 0o700); err != nil {
 		return
 	}
-	f, err := os.OpenFile(demoSessionFile(cwd, id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(d.sessionFile(cwd, id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return
 	}

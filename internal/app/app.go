@@ -96,6 +96,10 @@ type Main struct {
 	// StartEmpty lets the bbolt store start on a new file where the data
 	// dir's is missing or empty while sandbox directories remain.
 	StartEmpty bool
+	// AdvertiseURL is where the other coordinators on a NATS store reach
+	// this one's API, to proxy the workspace requests of the sandboxes it
+	// runs (empty: derived from Addr once it listens; see advertise.go).
+	AdvertiseURL string
 
 	// MaxConnections and MaxUnauthenticatedConnections cap the API's
 	// connections, all and those that have shown no token (0: the
@@ -266,6 +270,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Listener = l
 	m.serveErr = make(chan error, 1)
 	go func() { m.serveErr <- m.Server.Serve(l) }()
+	m.advertise(ctx, l.Addr())
 	if tokenPath != "" {
 		m.Logger.Info("token file", "path", tokenPath)
 	}
@@ -368,6 +373,11 @@ func (m *Main) openStore(ctx context.Context) (st Store, where string, err error
 	if m.NodeID == "" {
 		m.NodeID = natscluster.DefaultNodeName()
 	}
+	if m.AdvertiseURL != "" {
+		if _, err := natscluster.CheckAPIURL(m.AdvertiseURL); err != nil {
+			return nil, "", fmt.Errorf("--advertise-url: %w", err)
+		}
+	}
 	// The stream's own age limit is a safety net far above the retention
 	// loop's, which prunes first and moves the watermarks as it does.
 	safety := 2 * max(m.Retention.MaxAge, retention.DefaultMaxAge)
@@ -375,7 +385,7 @@ func (m *Main) openStore(ctx context.Context) (st Store, where string, err error
 	if err != nil {
 		return nil, "", fmt.Errorf("cannot open the NATS store at %s: %w", where, err)
 	}
-	cl, err := natscluster.Join(ctx, ns, natscluster.Options{Node: m.NodeID, LeaseTTL: m.LeaseTTL, Logger: m.Logger, Replicas: m.NATSReplicas})
+	cl, err := natscluster.Join(ctx, ns, natscluster.Options{Node: m.NodeID, LeaseTTL: m.LeaseTTL, Logger: m.Logger, Replicas: m.NATSReplicas, APIURL: m.AdvertiseURL})
 	if err != nil {
 		ns.Close()
 		if errors.Is(err, natscluster.ErrNodeInUse) {

@@ -18,7 +18,9 @@ import (
 // Cluster lets several coordinators share one store. Any node answers reads
 // from the store; a sandbox's agent runs on the one node that holds the
 // sandbox's lease, and the calls that drive it (turns, cancels, decisions,
-// deletes) are forwarded there. natscluster implements it on NATS.
+// deletes) are forwarded there. Its workspace is on that node's disk too:
+// requests for its files are proxied to the node's HTTP API (NodeURL).
+// natscluster implements it on NATS.
 //
 // Leases belong to the node: they hold while the node renews them (Renew,
 // at least every TTL/3) and lapse together when it stops, so a node that
@@ -49,6 +51,11 @@ type Cluster interface {
 	// Serve answers the calls forwarded to this node with handle, each on
 	// its own goroutine, until stop, which waits for those in progress.
 	Serve(handle func(ctx context.Context, call Call) Reply) (stop func(), err error)
+	// NodeURL is the base URL (scheme://host:port) at which live node
+	// serves its HTTP API: byte streams of a sandbox's workspace, which
+	// do not fit a forwarded call, are proxied there. It fails when the
+	// node is not live or advertises no URL.
+	NodeURL(ctx context.Context, node string) (string, error)
 }
 
 // Claim is the outcome of Cluster.Claim.
@@ -75,6 +82,7 @@ const (
 	OpCancelTurn = "cancel_turn"
 	OpDecide     = "decide"
 	OpDelete     = "delete"
+	OpRevert     = "revert"
 )
 
 // Call is one operation on a sandbox's runtime, as one node forwards it to

@@ -55,6 +55,8 @@ func (c *Coordinator) exec(ctx context.Context, b *box, sb sandbox.Sandbox, call
 				return
 			}
 			v, ferr = b.decide(call.ApprovalID, *call.Decision)
+		case cluster.OpRevert:
+			v, ferr = b.revert(call.TurnID)
 		case cluster.OpDelete:
 			if !b.deleted {
 				b.remove()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/registry"
+	"github.com/sparkles-dev/sparkles/internal/snapshot"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/translate"
 )
@@ -67,8 +68,9 @@ type box struct {
 type turnRun struct {
 	turn     sandbox.Turn
 	text     string
-	accepted bool // answered 202: its turn.started and turn.completed must reach the log
-	running  bool // turn.started written (or waiting), prompt sent unless the store refused it
+	start    snapshot.ID // the workspace when the prompt was sent (workspace.go)
+	accepted bool        // answered 202: its turn.started and turn.completed must reach the log
+	running  bool        // turn.started written (or waiting), prompt sent unless the store refused it
 	canceled bool
 }
 
@@ -423,6 +425,9 @@ func (b *box) boot(forTurn bool) {
 			res.err = errors.New("the sandbox directory could not be created")
 			return
 		}
+		if res.err = b.cloneSource(sb.Source, reg, cfg, work); res.err != nil {
+			return
+		}
 		logf, err := openAgentLog(filepath.Join(b.dir(), "agent.log"), agentLogMax)
 		if err == nil {
 			acfg.Stderr = logf
@@ -470,6 +475,13 @@ func (b *box) booted(res bootResult) {
 	if res.err != nil {
 		if b.deleted {
 			b.releaseSlot()
+			return
+		}
+		if src, ok := errors.AsType[*sourceFailure](res.err); ok {
+			msg := b.sanitize(src.msg, maxStatusDetail)
+			b.releaseSlot()
+			b.setStatus(sandbox.StatusFailed, msg, b.tr.Error(sandbox.ErrSourceFailed, msg)...)
+			b.failQueued(sandbox.ErrSourceFailed, msg)
 			return
 		}
 		// An agent's refusal names what it offered (see agent.AuthError):

@@ -19,6 +19,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/cluster"
 	"github.com/sparkles-dev/sparkles/internal/registry"
+	"github.com/sparkles-dev/sparkles/internal/workspace"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -88,6 +89,10 @@ type Config struct {
 	// (logbytes.go). Zero is no bound.
 	LogMaxBytes int64
 	LogOver     func(sandboxID string)
+	// FileLimits bound what one write or one archive upload may put in a
+	// workspace through Files (--files-max-size, --archive-max-size,
+	// --archive-max-entries); zero fields take workspace's defaults.
+	FileLimits workspace.Limits
 
 	Logger   *slog.Logger
 	Now      func() time.Time
@@ -157,6 +162,7 @@ type Coordinator struct {
 	health  storeHealth
 	stalled atomic.Int64 // boxes with writes waiting for the store
 	disk    diskGuard    // what the disk guard knows (disk.go)
+	clones  cloneSet     // workspaces being cloned (source.go)
 
 	// Chosen once, in New: whether sandboxes have agent runtimes, and on
 	// which node each one runs (see placement.go).
@@ -170,6 +176,8 @@ type CreateParams struct {
 	Env      map[string]string `json:"env,omitempty"`
 	Secrets  map[string]string `json:"secrets,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Source is where the workspace comes from (source.go).
+	Source *sandbox.Source `json:"source,omitempty"`
 }
 
 // config is the private part of a sandbox kept in the store: never answered.
@@ -291,6 +299,9 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
+	if err := c.checkSource(p.Source); err != nil {
+		return sandbox.Sandbox{}, err
+	}
 	now := c.now()
 	id := sandbox.NewID(sandbox.PrefixSandbox)
 	sb := sandbox.Sandbox{
@@ -301,6 +312,7 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 		CreatedAt: now,
 		UpdatedAt: now,
 		Metadata:  c.redactMetadata(id, p.Metadata, p.Secrets),
+		Source:    p.Source.Clone(),
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}

@@ -31,7 +31,16 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	// The agents get the server's HOME (agentEnv); the demo keeps its
+	// sessions there, which is no place for tests to write.
+	home, err := os.MkdirTemp("", "sparkles-coordinator-home-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("HOME", home)
+	code := m.Run()
+	os.RemoveAll(home)
+	os.Exit(code)
 }
 
 type env struct {

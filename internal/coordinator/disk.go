@@ -242,10 +242,13 @@ func (c *Coordinator) checkSandboxes(ctx context.Context) {
 	}
 }
 
-// workDirs are the directories of a sandbox its agent writes.
+// workDirs are the directories of a sandbox that grow with what its
+// agent writes: its work, home and tmp, and the snapshot store that keeps
+// what each turn changed (workspace.go), which the sandbox's limit counts
+// too so that an agent's files cannot grow the disk twice over.
 func (c *Coordinator) workDirs(id string) []string {
 	dir := filepath.Join(c.cfg.DataDir, "sandboxes", id)
-	return []string{filepath.Join(dir, "work"), filepath.Join(dir, "home"), filepath.Join(dir, "tmp")}
+	return []string{filepath.Join(dir, "work"), filepath.Join(dir, "home"), filepath.Join(dir, "tmp"), c.snapDir(id)}
 }
 
 // measure walks a sandbox's directories and keeps the count. What the

@@ -58,6 +58,8 @@ type placement interface {
 	release(ctx context.Context, id string) error
 	// run runs call on the runtime of sb, here or on the node that has it.
 	run(ctx context.Context, sb sandbox.Sandbox, call cluster.Call) (any, error)
+	// holder says where sb's workspace is (see Coordinator.Holder).
+	holder(ctx context.Context, id string) (url string, here bool, err error)
 	// recover settles, before serving, what runtimes that are gone left
 	// open (see Coordinator.Recover).
 	recover(ctx context.Context) error

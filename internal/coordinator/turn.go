@@ -96,6 +96,7 @@ func (b *box) runTurn() error {
 	}
 	t.running, t.turn.Status = true, sandbox.TurnRunning
 	b.sessionInUse()
+	t.start = b.markTurn(startMark(t.turn.ID))
 	if err := b.conn.Prompt(t.turn.ID, t.text); err != nil {
 		b.log().Warn("prompt failed", "err", err)
 		b.agentGone(err, false)
@@ -118,7 +119,9 @@ func (b *box) endTurn(res translate.TurnResult, extra ...*sandbox.Event) []*sand
 		}
 		delete(b.approvals, id)
 	}
-	if !b.turn.running {
+	if b.turn.running {
+		res.Changes = b.turnChanges(b.turn)
+	} else {
 		// A queued turn never reached the agent: it still starts and ends in
 		// the log, so every accepted turn has its turn.completed.
 		extra = append(extra, b.tr.StartTurn(b.turn.turn.ID, b.turn.turn.Input)...)

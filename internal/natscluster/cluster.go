@@ -58,7 +58,12 @@ type Options struct {
 	// Replicas of the two buckets when Join creates them (default 1); a
 	// bucket that exists keeps its own.
 	Replicas int
-	Logger   *slog.Logger // default the store's
+	// APIURL is the base URL at which the other nodes reach this node's
+	// HTTP API (http://host:port), recorded in its node key for NodeURL.
+	// Empty records none until Advertise gives one (a server that learns
+	// its port only once it listens).
+	APIURL string
+	Logger *slog.Logger // default the store's
 }
 
 // Cluster is the NATS implementation of cluster.Cluster, on the
@@ -95,7 +100,13 @@ type Cluster struct {
 	callTimeout time.Duration
 	log         *slog.Logger
 
+	// renewMu orders the writes of this node's key (Renew, Advertise):
+	// each is revision-checked, and one that lost to the other would take
+	// the key for expired.
+	renewMu sync.Mutex
+
 	mu       sync.Mutex
+	apiURL   string            // recorded in this node's key
 	instance string            // of the current registration, or the last one
 	rev      uint64            // revision of this node's key; 0 when not registered
 	until    time.Time         // the leases surely hold until then (monotonic)
@@ -108,6 +119,7 @@ type Cluster struct {
 // liveNode is a node instance seen live, trusted until a short while later.
 type liveNode struct {
 	instance string
+	url      string // its API, as its key had it
 	until    time.Time
 }
 
@@ -115,6 +127,8 @@ type liveNode struct {
 type nodeRecord struct {
 	Node     string `json:"node"`
 	Instance string `json:"instance"`
+	// APIURL is where the node serves its HTTP API (node keys only).
+	APIURL string `json:"api_url,omitempty"`
 	// TTLMillis and Renewed are for people reading the bucket.
 	TTLMillis int64     `json:"ttl_ms,omitempty"`
 	Renewed   time.Time `json:"renewed,omitzero"`
@@ -149,6 +163,13 @@ func Join(ctx context.Context, s *natsstore.Store, opts Options) (*Cluster, erro
 	}
 	if opts.Replicas < 1 {
 		opts.Replicas = 1
+	}
+	if opts.APIURL != "" {
+		u, err := CheckAPIURL(opts.APIURL)
+		if err != nil {
+			return nil, err
+		}
+		opts.APIURL = u
 	}
 	conn := s.Conn()
 	if opts.Logger == nil {
@@ -190,6 +211,7 @@ func Join(ctx context.Context, s *natsstore.Store, opts Options) (*Cluster, erro
 		callPrefix:  opts.CallPrefix,
 		callTimeout: opts.CallTimeout,
 		log:         opts.Logger,
+		apiURL:      opts.APIURL,
 		owned:       map[string]uint64{},
 		alive:       map[string]liveNode{},
 	}
@@ -255,7 +277,10 @@ func (c *Cluster) Node() string { return c.node }
 func (c *Cluster) TTL() time.Duration { return c.ttl }
 
 func (c *Cluster) record(instance string) []byte {
-	b, _ := json.Marshal(nodeRecord{Node: c.node, Instance: instance, TTLMillis: c.ttl.Milliseconds(), Renewed: time.Now().UTC()})
+	c.mu.Lock()
+	api := c.apiURL
+	c.mu.Unlock()
+	b, _ := json.Marshal(nodeRecord{Node: c.node, Instance: instance, APIURL: api, TTLMillis: c.ttl.Milliseconds(), Renewed: time.Now().UTC()})
 	return b
 }
 
@@ -303,6 +328,8 @@ func (c *Cluster) register(ctx context.Context) error {
 
 // Renew renews this node's key. See cluster.Cluster.
 func (c *Cluster) Renew(ctx context.Context) (time.Time, error) {
+	c.renewMu.Lock()
+	defer c.renewMu.Unlock()
 	c.mu.Lock()
 	inst, rev, until, closed := c.instance, c.rev, c.until, c.closed
 	c.mu.Unlock()
@@ -493,7 +520,7 @@ func (c *Cluster) isLive(ctx context.Context, node, inst string) (bool, error) {
 		return false, nil
 	}
 	c.mu.Lock()
-	c.alive[node] = liveNode{instance: inst, until: now.Add(c.ttl / 4)}
+	c.alive[node] = liveNode{instance: inst, url: rec.APIURL, until: now.Add(c.ttl / 4)}
 	c.mu.Unlock()
 	return true, nil
 }

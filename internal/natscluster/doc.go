@@ -11,9 +11,10 @@
 // # Layout
 //
 //	bucket sparkles-nodes (key-value, TTL = the lease TTL, history 1)
-//	  <node>                 one key per live node: its name and the
-//	                         instance of its current registration; the
-//	                         server removes it a TTL after its last renewal
+//	  <node>                 one key per live node: its name, the
+//	                         instance of its current registration and the
+//	                         URL of its HTTP API (nodeurl.go); the server
+//	                         removes it a TTL after its last renewal
 //	bucket sparkles-leases (key-value, no TTL, history 1)
 //	  <sandbox id>           the node and instance that hold the sandbox
 //	subjects sparkles.node.<node>.call

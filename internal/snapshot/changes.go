@@ -9,34 +9,26 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/diff"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/utils/merkletrie"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
 // MaxListed is how many files Changes lists; the counts cover them all.
-const MaxListed = 1000
+const MaxListed = sandbox.MaxChangedFiles
 
 // The kinds of FileChange.Change.
 const (
-	Added    = "added"
-	Modified = "modified"
-	Deleted  = "deleted"
+	Added    = sandbox.ChangeAdded
+	Modified = sandbox.ChangeModified
+	Deleted  = sandbox.ChangeDeleted
 )
 
-// Changes sums up what changed between two snapshots. Its JSON is the
-// `changes` of turn.completed.
-type Changes struct {
-	Added     int          `json:"added"`
-	Modified  int          `json:"modified"`
-	Deleted   int          `json:"deleted"`
-	Files     []FileChange `json:"files"`
-	Truncated bool         `json:"truncated"`
-}
+// Changes sums up what changed between two snapshots: the `changes` of
+// turn.completed.
+type Changes = sandbox.Changes
 
-// FileChange is one file's change; Path is relative to the workspace,
-// with forward slashes.
-type FileChange struct {
-	Path   string `json:"path"`
-	Change string `json:"change"`
-}
+// FileChange is one file's change.
+type FileChange = sandbox.FileChange
 
 // Changes answers what changed from snapshot from to snapshot to: files
 // sorted by path, at most MaxListed of them. A mode change (the

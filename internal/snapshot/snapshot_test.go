@@ -50,13 +50,13 @@ func TestChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := snapshot.Changes{Added: 2, Modified: 4, Deleted: 1, Files: []snapshot.FileChange{
-		{"added dir/with space.txt", "added"},
-		{"bin.dat", "modified"},
-		{"deep/er/new.go", "added"},
-		{"edit.txt", "modified"},
-		{"gone.txt", "deleted"},
-		{"link", "modified"},
-		{"run.sh", "modified"},
+		{Path: "added dir/with space.txt", Change: "added"},
+		{Path: "bin.dat", Change: "modified"},
+		{Path: "deep/er/new.go", Change: "added"},
+		{Path: "edit.txt", Change: "modified"},
+		{Path: "gone.txt", Change: "deleted"},
+		{Path: "link", Change: "modified"},
+		{Path: "run.sh", Change: "modified"},
 	}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("changes:\n got %+v\nwant %+v", got, want)
@@ -249,7 +249,7 @@ func TestGitWorkspace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := ch.Files, []snapshot.FileChange{{"main.go", "modified"}}; !reflect.DeepEqual(got, want) {
+	if got, want := ch.Files, []snapshot.FileChange{{Path: "main.go", Change: "modified"}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("changes %+v, want %+v", got, want)
 	}
 	var d bytes.Buffer
@@ -324,7 +324,7 @@ func TestLargeFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []snapshot.FileChange{{"big.log", "modified"}, {"huge.bin", "added"}, {"small.txt", "modified"}}
+	want := []snapshot.FileChange{{Path: "big.log", Change: "modified"}, {Path: "huge.bin", Change: "added"}, {Path: "small.txt", Change: "modified"}}
 	if !reflect.DeepEqual(ch.Files, want) {
 		t.Fatalf("changes %+v, want %+v", ch.Files, want)
 	}
@@ -368,7 +368,7 @@ func TestMtimeSetBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := ch.Files, []snapshot.FileChange{{"a.txt", "modified"}}; !reflect.DeepEqual(got, want) {
+	if got, want := ch.Files, []snapshot.FileChange{{Path: "a.txt", Change: "modified"}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("changes %+v, want %+v", got, want)
 	}
 }
@@ -466,7 +466,7 @@ func TestTakeDoesNotFollowLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := ch.Files, []snapshot.FileChange{{"escape", "added"}, {"secret-link", "added"}}; !reflect.DeepEqual(got, want) {
+	if got, want := ch.Files, []snapshot.FileChange{{Path: "escape", Change: "added"}, {Path: "secret-link", Change: "added"}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("changes %+v, want %+v", got, want)
 	}
 	var d bytes.Buffer
@@ -475,5 +475,42 @@ func TestTakeDoesNotFollowLinks(t *testing.T) {
 	}
 	if strings.Contains(d.String(), "outside\n") || !strings.Contains(d.String(), "new file mode 120000") {
 		t.Fatalf("diff:\n%s", d.String())
+	}
+}
+
+// TestMarks: a mark names a snapshot across reopening the store; an
+// unknown mark is not_found; bad names and ids are refused.
+func TestMarks(t *testing.T) {
+	dir, work := t.TempDir(), t.TempDir()
+	s, err := snapshot.Open(dir, work, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := s.Take(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Mark("turn_1/start", id); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = snapshot.Open(dir, work, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, err := s.Marked("turn_1/start"); err != nil || got != id {
+		t.Fatalf("Marked = %q, %v; want %q", got, err, id)
+	}
+	if _, err := s.Marked("turn_2/start"); !sandbox.IsType(err, sandbox.ENotFound) {
+		t.Fatalf("unknown mark: %v, want not_found", err)
+	}
+	for _, bad := range []string{"", "../x", "a//b", "/a", "a/", "a b", "a\x00"} {
+		if err := s.Mark(bad, id); err == nil {
+			t.Fatalf("Mark(%q) took a bad name", bad)
+		}
+	}
+	if err := s.Mark("turn_1/end", "nothex"); err == nil {
+		t.Fatal("Mark took a bad id")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -37,6 +38,16 @@ type Entry struct {
 	ModifiedAt time.Time `json:"modified_at"`
 	// ETag is set for files; see etagOf.
 	ETag string `json:"-"`
+}
+
+// MarshalJSON writes modified_at as every time of the API is written
+// (sandbox.TimeFormat: UTC, milliseconds).
+func (e Entry) MarshalJSON() ([]byte, error) {
+	type entry Entry
+	return json.Marshal(struct {
+		entry
+		ModifiedAt string `json:"modified_at"`
+	}{entry(e), sandbox.FormatTime(e.ModifiedAt)})
 }
 
 func entryOf(p string, fi fs.FileInfo) Entry {
@@ -249,12 +260,18 @@ func (w *Workspace) WriteFile(p string, r io.Reader, o WriteOptions) (Entry, boo
 		}
 	}()
 	limit := w.opts.Limits.FileMax
-	n, err := io.Copy(f, io.LimitReader(r, limit+1))
+	n, err := io.Copy(w.roomWriter(f), io.LimitReader(r, limit+1))
+	if se := (*sandbox.Error)(nil); errors.As(err, &se) {
+		return Entry{}, false, err
+	}
 	if err != nil {
 		return Entry{}, false, fail("write", p, err)
 	}
 	if n > limit {
 		return Entry{}, false, tooLarge("the file", limit, FlagFileMax)
+	}
+	if err := w.checkRoom(); err != nil {
+		return Entry{}, false, err
 	}
 	if err := f.Chmod(mode); err != nil {
 		return Entry{}, false, fail("write", p, err)

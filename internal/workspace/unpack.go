@@ -69,8 +69,11 @@ func (w *Workspace) Unpack(r io.Reader, dir string) (Summary, error) {
 		return Summary{}, fail("unpack into", dir, err)
 	}
 	defer sroot.Close()
-	u := unpacker{w: w, r: sroot, base: rel}
+	u := unpacker{w: w, r: sroot, base: rel, room: w.roomWriter(nil)}
 	if err := u.read(r); err != nil {
+		return u.sum, err
+	}
+	if err := w.checkRoom(); err != nil {
 		return u.sum, err
 	}
 	if err := w.mkdirAll(w.root, rel, 0o755); err != nil {
@@ -91,6 +94,7 @@ type unpacker struct {
 	r    *os.Root // the staging directory
 	base string   // the target, relative to the workspace
 	sum  Summary
+	room *roomWriter
 }
 
 func (u *unpacker) read(r io.Reader) error {
@@ -182,7 +186,8 @@ func (u *unpacker) entry(tr *tar.Reader, h *tar.Header) error {
 		if err != nil {
 			return u.placeErr(h.Name, err)
 		}
-		_, err = io.Copy(f, tr)
+		u.room.w = f // the count goes on across files
+		_, err = io.Copy(u.room, tr)
 		if err == nil {
 			err = u.owned(f)
 		}

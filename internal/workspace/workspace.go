@@ -29,6 +29,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -72,7 +73,17 @@ type Options struct {
 	Owner  *Owner
 	Limits Limits
 	Log    *slog.Logger
+	// Room, when set, is asked whether the workspace's disk limits still
+	// hold: after every RoomEvery bytes a write or an unpack puts down,
+	// and once it is all down, before it is moved into place. Its error
+	// (the caller's, such as insufficient_storage) refuses the write or
+	// the unpack, and nothing of it is left. The bytes already down count.
+	Room func() error
 }
+
+// RoomEvery is how many bytes a write or an unpack puts down between
+// two questions to Options.Room.
+const RoomEvery = 64 << 20
 
 // Workspace is one sandbox's work directory. Its methods are safe for
 // concurrent use; the agent may change the tree at the same time.
@@ -216,6 +227,35 @@ func tempName(prefix string) string {
 }
 
 // tooLarge is the payload_too_large error of a limit.
+// roomWriter asks Options.Room every RoomEvery bytes written through it.
+type roomWriter struct {
+	w     io.Writer
+	room  func() error
+	since int64
+}
+
+func (w *Workspace) roomWriter(dst io.Writer) *roomWriter {
+	return &roomWriter{w: dst, room: w.opts.Room}
+}
+
+func (r *roomWriter) Write(p []byte) (int, error) {
+	n, err := r.w.Write(p)
+	r.since += int64(n)
+	if err == nil && r.room != nil && r.since >= RoomEvery {
+		r.since = 0
+		err = r.room()
+	}
+	return n, err
+}
+
+// check asks Options.Room once the bytes are all down.
+func (w *Workspace) checkRoom() error {
+	if w.opts.Room == nil {
+		return nil
+	}
+	return w.opts.Room()
+}
+
 func tooLarge(what string, limit int64, flag string) error {
 	return sandbox.Errorf(sandbox.EPayloadTooLarge, "%s is over the limit of %s (%s)", what, bytesText(limit), flag)
 }

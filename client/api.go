@@ -20,6 +20,9 @@ type CreateSandboxRequest struct {
 	Env      map[string]string `json:"env,omitempty"`
 	Secrets  map[string]string `json:"secrets,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Source fills the workspace before the agent boots (a git
+	// repository); a private one's token comes from Secrets["GIT_TOKEN"].
+	Source *sandbox.Source `json:"source,omitempty"`
 }
 
 // CreatedSandbox is the create answer: the sandbox, still booting, and the

@@ -269,6 +269,9 @@ func (p *promptRun) handle(m client.Message) (done bool, err error) {
 			p.r.turnSummary(d, p.denied, p.next)
 			return true, turnExit(d, p.denied)
 		}
+		if changed := changesLine(d.Changes, p.r.style); changed != "" {
+			p.r.info(changed)
+		}
 		switch d.Status {
 		case sandbox.TurnSucceeded:
 			if p.denied > 0 {

@@ -164,8 +164,12 @@ func (r *renderer) turnSummary(d *sandbox.TurnCompleted, denied int, next string
 	if u := d.Usage; u != nil && u.InputTokens+u.OutputTokens > 0 {
 		line += r.style(sgrDim, " · "+tokensUsed(u))
 	}
+	changed := changesLine(d.Changes, r.style)
 	r.above(func() {
 		fmt.Fprintln(r.out, line)
+		if changed != "" {
+			fmt.Fprintln(r.out, "  "+changed)
+		}
 		fmt.Fprintln(r.out, r.style(sgrDim, "  continue: "+next))
 	})
 }

@@ -36,6 +36,8 @@ func newSandboxCommand() *cli.Command {
 					&cli.StringSliceFlag{Name: "env", EnvVars: []string{"SPARKLES_SANDBOX_ENV"}, Usage: "environment variable of the agent as K=V (repeatable)"},
 					&cli.StringSliceFlag{Name: "secret", EnvVars: []string{"SPARKLES_SANDBOX_SECRET"}, Usage: "secret of the agent as K=V (repeatable); its value is redacted from every event"},
 					&cli.StringSliceFlag{Name: "metadata", EnvVars: []string{"SPARKLES_SANDBOX_METADATA"}, Usage: "metadata of the sandbox as K=V (repeatable)"},
+					&cli.StringFlag{Name: "git", EnvVars: []string{"SPARKLES_SANDBOX_GIT"}, Usage: "clone the git repository URL[#REF] into the workspace before the agent boots (REF: a branch, tag or commit); a private one's token goes in --secret GIT_TOKEN=…"},
+					&cli.IntFlag{Name: "git-depth", EnvVars: []string{"SPARKLES_SANDBOX_GIT_DEPTH"}, Usage: "commits of history to clone with --git (default 0: all of it)"},
 					jsonFlag(),
 				),
 				Action: func(c *cli.Context) error {
@@ -54,6 +56,9 @@ func newSandboxCommand() *cli.Command {
 						if *f.dst, err = keyValues(f.name, c.StringSlice(f.name)); err != nil {
 							return err
 						}
+					}
+					if req.Source, err = gitSource(c); err != nil {
+						return err
 					}
 					sb, err := api.CreateSandbox(c.Context, req)
 					if err != nil {
@@ -142,6 +147,13 @@ func printSandbox(w io.Writer, sb sandbox.Sandbox, streamToken string) error {
 	}
 	row("status", status)
 	row("agent", sb.Agent)
+	if src := sb.Source; src != nil && src.Git != nil {
+		git := src.Git.URL
+		if src.Git.Ref != "" {
+			git += "#" + src.Git.Ref
+		}
+		row("source", "git "+git)
+	}
 	row("created", formatTime(sb.CreatedAt))
 	row("updated", formatTime(sb.UpdatedAt))
 	if t := sb.CurrentTurn; t != nil {

@@ -23,22 +23,33 @@ export class API {
   }
 
   async #call(method, path, body) {
-    const headers = { Accept: "application/json", Authorization: "Bearer " + this.#token() };
-    const init = { method, headers, cache: "no-store" };
+    const headers = { Accept: "application/json" };
+    let raw;
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
-      init.body = JSON.stringify(body);
+      raw = JSON.stringify(body);
     }
+    return (await this.#fetch(method, path, { headers, body: raw })).json();
+  }
+
+  // fetch sends a request with the token and returns the answer, which is
+  // a success: a body that is not JSON (a file, an archive, a diff) is the
+  // caller's to read.
+  async #fetch(method, path, { headers = {}, body, signal } = {}) {
+    const init = { method, headers: { ...headers, Authorization: "Bearer " + this.#token() }, cache: "no-store", body, signal };
     let resp;
     try {
       resp = await fetch(path, init);
     } catch (e) {
+      if (signal?.aborted) {
+        throw e;
+      }
       throw new NetworkError(e);
     }
     if (!resp.ok) {
       throw await APIError.from(resp);
     }
-    return resp.json();
+    return resp;
   }
 
   listSandboxes({ after = "", limit = 100 } = {}) {
@@ -75,8 +86,52 @@ export class API {
     return this.#call("GET", `/v1/sandboxes/${encodeURIComponent(id)}/events?${q}`);
   }
 
+  // files lists a page of a workspace directory ("" is the root).
+  files(id, dir, { after = "", limit = 200 } = {}) {
+    const q = new URLSearchParams({ limit: String(limit) });
+    if (after) {
+      q.set("after", after);
+    }
+    return this.#call("GET", `${filesURL(id, dir)}?${q}`);
+  }
+
+  // file answers the GET of a workspace file; its body is the caller's.
+  file(id, path, { download = false, signal } = {}) {
+    return this.#fetch("GET", filesURL(id, path) + (download ? "?download=1" : ""), { signal });
+  }
+
+  // writeFile puts body (a Blob or File) at path, parents made, and
+  // returns the file's entry.
+  async writeFile(id, path, body) {
+    return (await this.#fetch("PUT", filesURL(id, path), { headers: { Accept: "application/json" }, body })).json();
+  }
+
+  // archive answers the workspace as tar.gz.
+  archive(id) {
+    return this.#fetch("GET", `/v1/sandboxes/${encodeURIComponent(id)}/archive`);
+  }
+
+  // diff returns the unified diff of what a turn changed.
+  async diff(id, turnID) {
+    const path = `/v1/sandboxes/${encodeURIComponent(id)}/turns/${encodeURIComponent(turnID)}/diff`;
+    return (await this.#fetch("GET", path, { headers: { Accept: "text/x-diff" } })).text();
+  }
+
+  // revert puts the workspace back as it was when a turn started.
+  revert(id, turnID) {
+    return this.#call("POST", `/v1/sandboxes/${encodeURIComponent(id)}/turns/${encodeURIComponent(turnID)}/revert`);
+  }
+
   // decide answers an approval with {decision: "approve"|"deny"} or {option_id}.
   decide(id, approvalID, decision) {
     return this.#call("POST", `/v1/sandboxes/${encodeURIComponent(id)}/approvals/${encodeURIComponent(approvalID)}`, decision);
   }
+}
+
+// filesURL is the files route of a workspace path: each segment escaped,
+// the slashes between them kept.
+export function filesURL(id, path) {
+  const base = `/v1/sandboxes/${encodeURIComponent(id)}/files`;
+  const segs = String(path ?? "").split("/").filter((s) => s !== "");
+  return segs.length === 0 ? base : `${base}/${segs.map(encodeURIComponent).join("/")}`;
 }

@@ -5,12 +5,14 @@
 // list. The token stays in sessionStorage, for this tab only.
 import { API, NetworkError } from "./api.js";
 import { answeredHere } from "./approval.js";
+import { revertsAfter } from "./changes.js";
 import { h, statusWords } from "./dom.js";
 import { Guide } from "./guide.js";
 import { earlierEvents, firstTurn, turnEvents } from "./history.js";
 import { SandboxList } from "./list.js";
 import { APIError, SandboxEventStream, State } from "./sparkles-events.js";
 import { Transcript } from "./view.js";
+import { Workspace } from "./workspace.js";
 
 const TOKEN_KEY = "sparkles.token";
 // The list is read again this often while the page is in view: the open
@@ -84,6 +86,13 @@ const state = {
   behindRead: null, // the sandbox whose snapshot turn was read from the log
 };
 
+const workspace = new Workspace({
+  api: state.api,
+  narrow,
+  onError: handleError,
+  onReverted: (sb) => list.remember(sb),
+});
+
 const list = new SandboxList(state.api, ui.list, {
   onDelete: confirmDelete,
   onRender: renderFrame,
@@ -96,6 +105,7 @@ const transcript = new Transcript(ui.transcript, {
   onChange: () => updateControls(),
   announce,
   notice: showNotice,
+  workspace: workspace.hooks,
 });
 
 const guide = new Guide({ el: ui.guide, text: ui.guideText, examples: ui.examples }, (prompt) => {
@@ -268,6 +278,7 @@ function openSandbox(id) {
   state.selected = id;
   list.selected = id;
   list.render();
+  workspace.show(id);
   ui.app.dataset.view = id ? "sandbox" : "list";
   ui.empty.hidden = id !== null;
   ui.sandbox.hidden = id === null;
@@ -292,6 +303,9 @@ function openSandbox(id) {
     onSnapshot(snap, info) {
       list.remember(snap.sandbox);
       transcript.applySnapshot(snap, info);
+      if (info.resumed || info.reset) {
+        workspace.changed();
+      }
       state.snapshotSeen = true;
       scrollToEnd(true);
       offerEarlier(id).catch(quietly);
@@ -305,6 +319,9 @@ function openSandbox(id) {
       list.sawEvent(env);
       transcript.applyEvent(env);
       scrollToEnd(stick);
+      if (env.type === "turn.completed" || env.type === "workspace.reverted") {
+        workspace.changed();
+      }
     },
     onStatus(d) {
       list.remember({ id, status: d.status, status_detail: d.detail });
@@ -400,6 +417,7 @@ function updateControls() {
   ui.cancel.disabled = gone || !online || cur === null;
   ui.deleteSandbox.disabled = gone;
   transcript.setOffline(!online);
+  transcript.setRevertable(!gone && online && cur === null);
   const pending = transcript.pending;
   let text = "";
   if (state.missing) {
@@ -470,11 +488,13 @@ async function readBehind(id, snap) {
   if (!snap.turn) {
     return;
   }
-  const events = await turnEvents(state.api, id, snap.turn.id, { last: snap.last_event_id, floor: snap.pruned_through });
+  // The reverts since the turn are read with it: they belong to no turn.
+  const bounds = { last: snap.last_event_id, floor: snap.pruned_through };
+  const [events, reverts] = await Promise.all([turnEvents(state.api, id, snap.turn.id, bounds), revertsAfter(state.api, id, snap.turn.id, bounds)]);
   if (state.selected !== id) {
     return;
   }
-  for (const env of events) {
+  for (const env of [...events, ...reverts]) {
     transcript.applyBehind(env);
   }
 }

@@ -26,6 +26,9 @@ export type SandboxErrorCode =
   | "session_lost"
   | "turn_timeout"
   | "coordinator_restarted"
+  | "log_full"
+  | "disk_full"
+  | "source_failed"
   | "internal";
 
 export interface TextInput {
@@ -59,6 +62,18 @@ export interface Sandbox {
   last_event_id: EventID;
   oldest_event_id: EventID;
   pruned_through: EventID;
+  /** Where the workspace came from; absent when it started empty. */
+  source?: Source;
+}
+
+/** A sandbox's source: a git repository cloned into its workspace. */
+export interface Source {
+  git?: {
+    /** Never holds a credential. */
+    url: string;
+    ref?: string;
+    depth?: number;
+  };
 }
 
 export interface ErrorInfo {
@@ -144,6 +159,28 @@ export interface TurnCompletedData {
   error: ErrorInfo | null;
   duration_ms: number;
   usage: Usage | null;
+  /** What the turn changed in the workspace; null when not recorded. */
+  changes: Changes | null;
+}
+
+export interface FileChange {
+  /** Relative to the workspace, with forward slashes. */
+  path: string;
+  change: "added" | "modified" | "deleted";
+}
+
+export interface Changes {
+  added: number;
+  modified: number;
+  deleted: number;
+  /** Sorted by path, at most 1,000; the counts cover all. */
+  files: FileChange[];
+  truncated: boolean;
+}
+
+export interface WorkspaceRevertedData {
+  /** The turn whose start the workspace was put back to. */
+  turn_id: string;
 }
 
 export interface SandboxErrorData {
@@ -188,6 +225,8 @@ export type ToolUpdatedEvent = Envelope<"tool.updated", ToolUpdatedData, EventID
 export type ApprovalRequestedEvent = Envelope<"approval.requested", ApprovalRequestedData, EventID>;
 export type ApprovalResolvedEvent = Envelope<"approval.resolved", ApprovalResolvedData, EventID>;
 export type SandboxErrorEvent = Envelope<"sandbox.error", SandboxErrorData, EventID>;
+/** Belongs to no turn: turn_id is null. */
+export type WorkspaceRevertedEvent = Envelope<"workspace.reverted", WorkspaceRevertedData, EventID>;
 export type SnapshotEvent = Envelope<"snapshot", SnapshotData, null>;
 export type SandboxStatusEvent = Envelope<"sandbox.status", SandboxStatusData, null>;
 
@@ -200,7 +239,8 @@ export type DurableEvent =
   | ToolUpdatedEvent
   | ApprovalRequestedEvent
   | ApprovalResolvedEvent
-  | SandboxErrorEvent;
+  | SandboxErrorEvent
+  | WorkspaceRevertedEvent;
 
 /** Any frame of the stream. */
 export type SandboxEvent = DurableEvent | SnapshotEvent | SandboxStatusEvent;

@@ -5,10 +5,13 @@
 // prompt box however far the transcript is scrolled. It is fed the
 // snapshot and the durable events of the sandbox's stream, and renders the
 // same view from either, so a reload mid-turn shows what was there before it.
+// A finished turn says what it changed in the workspace (changes.js), and a
+// revert of the workspace shows as a line of its own, where it happened.
 //
 // Everything the agent wrote (message text, tool titles, paths, option
 // labels, error messages) goes into the page as textContent, never as HTML.
 import { ApprovalCard, DecisionRecord } from "./approval.js";
+import { revertedLine, TurnChanges } from "./changes.js";
 import { h, inputText, insertSorted } from "./dom.js";
 
 const partKey = (p) => `${p.message_id ?? ""}\u0000${String(p.index ?? 0).padStart(8, "0")}\u0000${p.part_id}`;
@@ -35,7 +38,7 @@ const denialWords = (n) => (n === 1 ? "succeeded with a denial" : `succeeded wit
 
 // Turn is the section of one turn.
 class Turn {
-  constructor(id, dock) {
+  constructor(id, dock, workspace) {
     this.id = id;
     this.dock = dock;
     this.status = "";
@@ -60,6 +63,7 @@ class Turn {
     this.errors = h("ul", { class: "errors", hidden: true });
     this.badge = h("span", { class: "badge" });
     this.detail = h("span", { class: "turn-detail" });
+    this.changes = new TurnChanges(id, workspace);
     this.el = h(
       "li",
       { class: "turn", "data-turn-id": id },
@@ -69,6 +73,7 @@ class Turn {
       this.decisions,
       this.answer,
       this.errors,
+      this.changes.el,
       h("div", { class: "turn-foot" }, this.badge, this.detail),
     );
   }
@@ -89,6 +94,9 @@ class Turn {
     this.end = end;
     this.el.dataset.status = status;
     this.#foot();
+    if (this.done()) {
+      this.changes.set(end.changes);
+    }
   }
 
   // foot shows how the turn ended; a success with denials says so, in the
@@ -279,7 +287,8 @@ const SNAPSHOT_HOLDS = new Set(["turn.started", "message.updated", "message.comp
 // answered (it outlives a reload); onChange() is told that the current turn
 // or the pending approvals changed; announce(text) speaks a change to screen
 // readers; notice(text) shows a message that belongs to no turn; onPrompt(id,
-// input) is told each turn's input as it starts, live.
+// input) is told each turn's input as it starts, live; workspace holds the
+// hooks of the turns' changes (diff, revert, open: see TurnChanges).
 export class Transcript {
   #list;
   #o;
@@ -291,6 +300,9 @@ export class Transcript {
   #snapTurn = null;
   #current = null;
   #offline = false;
+  #revertable = false;
+  #reverts = new Map(); // workspace.reverted event id -> its line
+  #earlierTurn = ""; // the last turn applyEarlier saw, in log order
 
   constructor(list, options) {
     this.#list = list;
@@ -302,6 +314,7 @@ export class Transcript {
       onPrompt() {},
       ...options,
     };
+    this.#o.workspace = { diff: async () => "", revert() {}, open() {}, ...options.workspace };
   }
 
   get current() {
@@ -332,6 +345,8 @@ export class Transcript {
     this.#list.replaceChildren();
     this.#o.dock.replaceChildren();
     this.#turns.clear();
+    this.#reverts.clear();
+    this.#earlierTurn = "";
     this.#requests.clear();
     this.#resolved.clear();
     this.#inflight.clear();
@@ -352,11 +367,21 @@ export class Transcript {
     }
   }
 
+  // setRevertable enables the turns' Revert buttons: not while a turn
+  // runs, nor while the page cannot reach the server.
+  setRevertable(ok) {
+    this.#revertable = ok;
+    for (const t of this.#turns.values()) {
+      t.changes.setRevertable(ok);
+    }
+  }
+
   #turn(id) {
     const key = id || "~"; // an approval outside any turn goes last
     let t = this.#turns.get(key);
     if (!t) {
-      t = new Turn(key, this.#o.dock);
+      t = new Turn(key, this.#o.dock, this.#o.workspace);
+      t.changes.setRevertable(this.#revertable);
       this.#turns.set(key, t);
       insertSorted(this.#list, t.el, key);
     }
@@ -492,7 +517,10 @@ export class Transcript {
       return false;
     }
     if (env.turn_id) {
+      this.#earlierTurn = env.turn_id;
       this.#apply(env, false);
+    } else if (env.type === "workspace.reverted") {
+      this.#revertLine(env, this.#earlierTurn);
     }
     return true;
   }
@@ -501,6 +529,10 @@ export class Transcript {
   // from the log up to the snapshot: what became of its approvals, its
   // errors and how it ended. Other events it ignores.
   applyBehind(env) {
+    if (env.type === "workspace.reverted" && !env.turn_id && this.#snapTurn && BigInt(env.id) <= this.#snapLast) {
+      this.#revertLine(env, this.#snapTurn); // read from after the snapshot turn's end
+      return;
+    }
     if (env.turn_id !== this.#snapTurn || !env.turn_id || BigInt(env.id) > this.#snapLast) {
       return;
     }
@@ -573,6 +605,29 @@ export class Transcript {
           this.#o.notice(d.message || d.code);
         }
         break;
+      case "workspace.reverted": {
+        // A revert waits for no turn to run, so it follows the newest.
+        const after = [...this.#turns.keys()].filter((k) => k !== "~").sort().at(-1) ?? "";
+        if (this.#revertLine(env, after) && live) {
+          this.#o.announce("Workspace reverted");
+        }
+        break;
+      }
     }
+  }
+
+  // revertLine shows a workspace.reverted event as a line after turn
+  // after (a turn id, "" for none); false if it is there already.
+  #revertLine(env, after) {
+    if (this.#reverts.has(env.id)) {
+      return false;
+    }
+    const target = this.#turns.get(env.data?.turn_id);
+    target?.changes.markReverted();
+    const li = revertedLine(env, target?.promptText.textContent ?? "");
+    this.#reverts.set(env.id, li);
+    // After the turn's section, in log order among lines after it.
+    insertSorted(this.#list, li, `${after}\u0001${env.id.padStart(20, "0")}`);
+    return true;
   }
 }

@@ -221,3 +221,17 @@ func TestTurnSummaryChanges(t *testing.T) {
 		t.Fatalf("pipe stdout = %q, want nothing", stdout.String())
 	}
 }
+
+// TestEventsSummaryWorkspace: sparkles events tells a turn's changes and
+// a revert in its one-line gists.
+func TestEventsSummaryWorkspace(t *testing.T) {
+	done := sandbox.Event{Type: sandbox.TypeTurnCompleted, Data: &sandbox.TurnCompleted{Status: "succeeded", StopReason: "end_turn",
+		Changes: &sandbox.Changes{Added: 1, Files: []sandbox.FileChange{{Path: "notes.txt", Change: sandbox.ChangeAdded}}}}}
+	if got := summary(done, 200); !strings.HasSuffix(got, " · 1 file changed: + notes.txt") {
+		t.Fatalf("turn.completed gist %q", got)
+	}
+	rev := sandbox.Event{Type: sandbox.TypeWorkspaceReverted, Data: &sandbox.WorkspaceReverted{TurnID: "turn_1"}}
+	if got, want := summary(rev, 200), "the workspace is as it was when turn_1 started"; got != want {
+		t.Fatalf("workspace.reverted gist %q, want %q", got, want)
+	}
+}

@@ -178,6 +178,9 @@ func summary(ev sandbox.Event, n int) string {
 		} else if u := d.Usage; u != nil && u.InputTokens+u.OutputTokens > 0 {
 			s += " · " + tokensUsed(u)
 		}
+		if c := changesLine(d.Changes, func(_, s string) string { return s }); c != "" {
+			s += " · " + c
+		}
 		return oneLine(s, n)
 	case *sandbox.MessageUpdated:
 		// A part grows: its end is what is new.
@@ -192,6 +195,8 @@ func summary(ev sandbox.Event, n int) string {
 		return oneLine(d.Decision+" ("+d.Reason+") "+d.ApprovalID, n)
 	case *sandbox.SandboxError:
 		return oneLine(d.Code+": "+d.Message, n)
+	case *sandbox.WorkspaceReverted:
+		return "the workspace is as it was when " + d.TurnID + " started"
 	case *sandbox.SandboxStatus:
 		if d.Detail != "" {
 			return oneLine(d.Status+": "+d.Detail, n)

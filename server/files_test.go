@@ -380,3 +380,20 @@ func TestFilesDiskLimit(t *testing.T) {
 	h.request("GET", base+"/files/c.bin", h.token, nil).fails(t, http.StatusNotFound, sandbox.ENotFound)
 	h.request("GET", base+"/files/b.bin", h.token, nil).fails(t, http.StatusNotFound, sandbox.ENotFound)
 }
+
+// TestFilesDiskReserve: an upload that would leave less free space under
+// the data dir than --disk-reserve answers 507 naming it, and writes
+// nothing; the event log still takes writes.
+func TestFilesDiskReserve(t *testing.T) {
+	h, _ := filesHarness(t, func(c *coordinator.Config) { c.DiskReserve = 1 << 60 }) // more than any disk has
+	sb := h.createSandbox()
+	base := "/v1/sandboxes/" + sb.ID
+	resp, body := h.raw("PUT", base+"/files/a.txt", []byte("a"))
+	if msg := errorOf(t, resp, body, http.StatusInsufficientStorage, sandbox.EInsufficientStorage); !strings.Contains(msg, "--disk-reserve") {
+		t.Fatalf("507 message %q names no flag", msg)
+	}
+	resp, body = h.raw("PUT", base+"/archive", tarOf(t, false, &tar.Header{Name: "b.txt"}))
+	errorOf(t, resp, body, http.StatusInsufficientStorage, sandbox.EInsufficientStorage)
+	h.request("GET", base+"/files/a.txt", h.token, nil).fails(t, http.StatusNotFound, sandbox.ENotFound)
+	h.appendMessages(sb.ID, 1, 10)
+}

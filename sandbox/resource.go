@@ -35,7 +35,7 @@ type Source struct {
 }
 
 // GitSource is a git repository cloned into the workspace before the
-// agent boots: URL (https, http or a local path the server may read), Ref
+// agent boots: URL (https or http, without credentials), Ref
 // (a branch, a tag or a commit; the remote's default branch when empty),
 // and Depth (the commits of history to fetch; 0 fetches it all).
 type GitSource struct {

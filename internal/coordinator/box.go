@@ -475,6 +475,7 @@ func (b *box) booted(res bootResult) {
 	if res.err != nil {
 		if b.deleted {
 			b.releaseSlot()
+			b.removeFiles() // what a clone the delete stopped wrote meanwhile
 			return
 		}
 		if src, ok := errors.AsType[*sourceFailure](res.err); ok {

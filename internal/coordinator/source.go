@@ -69,14 +69,16 @@ func (b *box) cloneSource(src *sandbox.Source, reg registry.Agent, cfg config, w
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("read the source's outcome: %w", err)
 	}
-	b.c.clones.set(b.id, true)
-	defer b.c.clones.set(b.id, false)
+	// A delete cancels it (stop): git must not go on for minutes,
+	// holding the slot and writing into a workspace that is gone.
+	ctx, cancel := context.WithTimeout(b.c.ctx, cloneTimeout)
+	defer cancel()
+	b.c.clones.set(b.id, cancel)
+	defer b.c.clones.set(b.id, nil)
 	// Whatever an interrupted clone left is not the repository.
 	if err := clearDir(work); err != nil {
 		return fmt.Errorf("clear the workspace for the clone: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(b.c.ctx, cloneTimeout)
-	defer cancel()
 	err := gitsource.Clone(ctx, gitsource.Job{
 		Source:   *src.Git,
 		Dir:      work,
@@ -103,7 +105,19 @@ func (b *box) cloneSource(src *sandbox.Source, reg registry.Agent, cfg config, w
 	case err != nil:
 		return fmt.Errorf("clone: %w", err)
 	}
-	return os.WriteFile(b.sourceFile(), []byte("done"), 0o600)
+	if err := os.WriteFile(b.sourceFile(), []byte("done"), 0o600); err != nil {
+		return err
+	}
+	// The first snapshot of a repository hashes every file (tens of
+	// seconds for a large one); taken here, off the box, the first turn's
+	// start finds them all known.
+	if s, err := b.c.openSnapshots(b.id); err == nil {
+		if _, err := s.Take(ctx); err != nil {
+			b.log().Warn("source: snapshot of the clone", "err", err)
+		}
+		s.Close()
+	}
+	return nil
 }
 
 // clearDir removes what is in dir, not dir itself.
@@ -122,22 +136,32 @@ func clearDir(dir string) error {
 
 // cloneSet is the sandboxes whose repository is being cloned into their
 // workspace on this node: no client reads or writes those files until
-// the clone is done.
+// the clone is done. Each is kept with what cancels it.
 type cloneSet struct {
 	mu  sync.Mutex
-	ids map[string]bool
+	ids map[string]context.CancelFunc
 }
 
-func (s *cloneSet) set(id string, on bool) {
+// set notes sandbox id's clone under way, or its end (a nil cancel).
+func (s *cloneSet) set(id string, cancel context.CancelFunc) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ids == nil {
-		s.ids = map[string]bool{}
+		s.ids = map[string]context.CancelFunc{}
 	}
-	if on {
-		s.ids[id] = true
+	if cancel != nil {
+		s.ids[id] = cancel
 	} else {
 		delete(s.ids, id)
+	}
+}
+
+// stop cancels sandbox id's clone, if one is under way.
+func (s *cloneSet) stop(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cancel := s.ids[id]; cancel != nil {
+		cancel()
 	}
 }
 
@@ -145,5 +169,5 @@ func (s *cloneSet) set(id string, on bool) {
 func (c *Coordinator) cloning(id string) bool {
 	c.clones.mu.Lock()
 	defer c.clones.mu.Unlock()
-	return c.clones.ids[id]
+	return c.clones.ids[id] != nil
 }

@@ -456,6 +456,7 @@ func (b *box) remove() {
 	b.deleted = true
 	b.write(nil, b.statusMutate(sandbox.StatusStopping, "stopping the agent"))
 	evs := b.cancelAndStop()
+	b.c.clones.stop(b.id) // what it left is removed once it ends (booted)
 	b.removeFiles()
 	b.setStatus(sandbox.StatusDeleted, "deleted by request", evs...)
 }

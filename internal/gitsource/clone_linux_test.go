@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/sparkles-dev/sparkles/internal/gitsource"
+	"github.com/sparkles-dev/sparkles/internal/gittest"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -44,15 +44,15 @@ type cloner struct {
 
 // newCloner confines git with a launcher of this machine's, which must
 // be able to: a server that cannot confine refuses to start.
-func newCloner(t *testing.T, srv *gitServer) *cloner {
+func newCloner(t *testing.T, ports ...int) *cloner {
 	t.Helper()
-	mustGit(t)
+	gittest.Git(t)
 	data := t.TempDir()
 	l, err := confine.New(confine.Options{DataDir: data, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("confine.New: %v", err)
 	}
-	return &cloner{t: t, data: data, launcher: l, ports: []int{srv.Port}}
+	return &cloner{t: t, data: data, launcher: l, ports: ports}
 }
 
 func (c *cloner) clone(ctx context.Context, src sandbox.GitSource, token string) result {
@@ -116,17 +116,17 @@ func (c *cloner) mustFail(r result, token string) (*gitsource.Failure, result) {
 		}
 	}
 	if token != "" {
-		assertNoToken(c.t, "the Failure", f.Message, token)
-		assertNoToken(c.t, "the log", r.log, token)
+		gittest.AssertNoToken(c.t, "the Failure", f.Message, token)
+		gittest.AssertNoToken(c.t, "the log", r.log, token)
 		if b, err := os.ReadFile(filepath.Join(r.dir, ".git", "config")); err == nil {
-			assertNoToken(c.t, ".git/config", string(b), token)
+			gittest.AssertNoToken(c.t, ".git/config", string(b), token)
 		}
 	}
 	return f, r
 }
 
 // head is the commit checked out in dir.
-func head(t *testing.T, dir string) string { return gitOut(t, dir, "rev-parse", "HEAD") }
+func head(t *testing.T, dir string) string { return gittest.Out(t, dir, "rev-parse", "HEAD") }
 
 // mustRead is a file of the clone.
 func mustRead(t *testing.T, dir, name string) string {
@@ -171,16 +171,20 @@ func agentUID() int {
 	return os.Getuid()
 }
 
-// TestClone clones from a git server on the host's loopback, with git
-// confined as an agent is (reaching the server through the agent's host
-// port), each kind of source and each kind of failure. As root a few of
-// its cases run again as nobody: then git runs as the server's own uid,
-// not AgentID, and the clone is that uid's.
+// TestClone clones from a git server on the host's loopback, each kind of
+// source and each kind of failure. What the confinement could change runs
+// with git confined as an agent is, reaching the server through the
+// agent's host port: the clone's owner, the credential, the network, a
+// clone killed at its deadline. The rest (which ref is fetched, how a
+// failure reads) runs git unconfined: confined, each git step starts a
+// launcher, and those cases would prove nothing more. As root the public
+// clone runs again as nobody: then git runs as the server's own uid, not
+// AgentID, pasta as an unprivileged user, and the clone is that uid's.
 func TestClone(t *testing.T) {
-	srv := newGitServer(t)
-	c := newCloner(t, srv)
-	pub, priv := srv.URL+"/pub.git", srv.URL+"/private/priv.git"
+	srv := gittest.NewServer(t)
+	pub, priv := srv.Public(), srv.Private()
 
+	c := newCloner(t, srv.Port)
 	t.Run("Public", func(t *testing.T) {
 		c.t = t
 		r := c.mustClone(sandbox.GitSource{URL: pub}, "")
@@ -190,95 +194,39 @@ func TestClone(t *testing.T) {
 		if got, want := mustRead(t, r.dir, "a.txt"), "two\n"; got != want {
 			t.Errorf("a.txt %q, want %q", got, want)
 		}
-		if got, want := gitOut(t, r.dir, "symbolic-ref", "HEAD"), "refs/heads/main"; got != want {
+		if got, want := gittest.Out(t, r.dir, "symbolic-ref", "HEAD"), "refs/heads/main"; got != want {
 			t.Errorf("HEAD is %s, want %s", got, want)
 		}
 		if got, want := strings.Join(r.progress, " | "), "cloning "+pub+" | checking out main"; got != want {
 			t.Errorf("progress %q, want %q", got, want)
 		}
 		assertOwned(t, r.dir, agentUID()) // before status, which rewrites the index as root
-		if got := gitOut(t, r.dir, "status", "--porcelain"); got != "" {
+		if got := gittest.Out(t, r.dir, "status", "--porcelain"); got != "" {
 			t.Errorf("the clone is not clean:\n%s", got)
-		}
-	})
-	t.Run("Depth1", func(t *testing.T) {
-		c.t = t
-		r := c.mustClone(sandbox.GitSource{URL: pub, Depth: 1}, "")
-		if got := gitOut(t, r.dir, "rev-list", "--count", "HEAD"); got != "1" {
-			t.Errorf("%s commits, want 1", got)
-		}
-		if got, want := head(t, r.dir), srv.Two; got != want {
-			t.Errorf("HEAD %s, want %s", got, want)
-		}
-	})
-	t.Run("Branch", func(t *testing.T) {
-		c.t = t
-		r := c.mustClone(sandbox.GitSource{URL: pub, Ref: "feature"}, "")
-		if got, want := head(t, r.dir), srv.Three; got != want {
-			t.Errorf("HEAD %s, want feature's %s", got, want)
-		}
-		mustRead(t, r.dir, "c.txt")
-	})
-	t.Run("Tag", func(t *testing.T) {
-		c.t = t
-		r := c.mustClone(sandbox.GitSource{URL: pub, Ref: "v1", Depth: 1}, "")
-		if got, want := head(t, r.dir), srv.One; got != want {
-			t.Errorf("HEAD %s, want v1's %s", got, want)
-		}
-		if got, want := mustRead(t, r.dir, "a.txt"), "one\n"; got != want {
-			t.Errorf("a.txt %q, want %q", got, want)
-		}
-	})
-	t.Run("Commit", func(t *testing.T) {
-		c.t = t
-		r := c.mustClone(sandbox.GitSource{URL: pub, Ref: srv.One}, "")
-		if got, want := head(t, r.dir), srv.One; got != want {
-			t.Errorf("HEAD %s, want %s", got, want)
-		}
-		if got, want := strings.Join(r.progress, " | "), "cloning "+pub+" | checking out "+srv.One; got != want {
-			t.Errorf("progress %q, want %q", got, want)
-		}
-		if _, err := os.Stat(filepath.Join(r.dir, "b.txt")); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("b.txt of a later commit: %v, want it absent", err)
-		}
-		assertOwned(t, r.dir, agentUID())
-	})
-	t.Run("Empty", func(t *testing.T) {
-		c.t = t
-		r := c.mustClone(sandbox.GitSource{URL: srv.URL + "/empty.git"}, "")
-		entries, err := os.ReadDir(r.dir)
-		if err != nil || len(entries) != 1 || entries[0].Name() != ".git" {
-			t.Errorf("the workspace holds %v (%v), want only .git", entries, err)
-		}
-		if got, want := strings.Join(r.progress, " | "), "cloning "+srv.URL+"/empty.git"; got != want {
-			t.Errorf("progress %q, want %q", got, want)
 		}
 	})
 	t.Run("Private", func(t *testing.T) {
 		c.t = t
-		before := len(srv.authHeaders())
-		r := c.mustClone(sandbox.GitSource{URL: priv, Depth: 1}, testToken)
+		before := len(srv.Auth())
+		r := c.mustClone(sandbox.GitSource{URL: priv, Depth: 1}, gittest.Token)
 		if got, want := head(t, r.dir), srv.Two; got != want {
 			t.Errorf("HEAD %s, want %s", got, want)
 		}
+		if got, want := strings.Join(r.progress, " | "), "cloning "+priv+" | checking out main"; got != want {
+			t.Errorf("progress %q, want %q", got, want)
+		}
+		assertOwned(t, r.dir, agentUID())
 		b, err := os.ReadFile(filepath.Join(r.dir, ".git", "config"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		assertNoToken(t, ".git/config", string(b), testToken)
-		assertNoToken(t, "the log", r.log, testToken)
+		gittest.AssertNoToken(t, ".git/config", string(b), gittest.Token)
+		gittest.AssertNoToken(t, "the log", r.log, gittest.Token)
 		if !strings.Contains(string(b), priv) {
 			t.Errorf(".git/config does not name the remote %s:\n%s", priv, b)
 		}
-		if got := srv.authHeaders()[before:]; len(got) == 0 || got[0] == "" {
+		if got := srv.Auth()[before:]; len(got) == 0 || got[0] == "" {
 			t.Errorf("Authorization headers %q: want the credential from the first request on", got)
-		}
-	})
-	t.Run("PrivateCommit", func(t *testing.T) {
-		c.t = t
-		r := c.mustClone(sandbox.GitSource{URL: priv, Ref: srv.Three, Depth: 1}, testToken)
-		if got, want := head(t, r.dir), srv.Three; got != want {
-			t.Errorf("HEAD %s, want %s", got, want)
 		}
 	})
 	t.Run("WrongToken", func(t *testing.T) {
@@ -292,37 +240,14 @@ func TestClone(t *testing.T) {
 			t.Errorf("the log lacks git's output:\n%s", r.log)
 		}
 	})
-	t.Run("NoToken", func(t *testing.T) {
-		c.t = t
-		f, _ := c.failure(sandbox.GitSource{URL: priv}, "")
-		if want := "asks for a credential: put a token in secrets.GIT_TOKEN"; !strings.Contains(f.Message, want) {
-			t.Errorf("Failure %q, want it to say %q", f.Message, want)
-		}
-	})
-	t.Run("BadRef", func(t *testing.T) {
-		c.t = t
-		for _, ref := range []string{"no-such-branch", strings.Repeat("ab", 20), "a657"} {
-			f, _ := c.failure(sandbox.GitSource{URL: pub, Ref: ref, Depth: 1}, "")
-			if want := `ref "` + ref + `" was not found in ` + pub; !strings.HasPrefix(f.Message, want) {
-				t.Errorf("Failure %q, want %q", f.Message, want)
-			}
-		}
-	})
-	t.Run("NoRepository", func(t *testing.T) {
-		c.t = t
-		f, _ := c.failure(sandbox.GitSource{URL: srv.URL + "/nothing.git"}, "")
-		if want := "no repository at " + srv.URL + "/nothing.git"; !strings.HasPrefix(f.Message, want) {
-			t.Errorf("Failure %q, want %q", f.Message, want)
-		}
-	})
 	t.Run("Unreachable", func(t *testing.T) {
-		closed := closedPort(t)
+		closed := gittest.ClosedPort(t)
 		// Given to the agent (the launcher's forwarder finds nothing on
 		// the host) and not given (nothing listens in its namespace).
 		for _, ports := range [][]int{{srv.Port, closed}, {srv.Port}} {
 			c.t, c.ports = t, ports
 			url := "http://127.0.0.1:" + strconv.Itoa(closed) + "/pub.git"
-			f, _ := c.failure(sandbox.GitSource{URL: url}, testToken)
+			f, _ := c.failure(sandbox.GitSource{URL: url}, gittest.Token)
 			if want := "could not reach the git server 127.0.0.1:" + strconv.Itoa(closed); !strings.HasPrefix(f.Message, want) {
 				t.Errorf("ports %v: Failure %q, want %q", ports, f.Message, want)
 			}
@@ -338,50 +263,128 @@ func TestClone(t *testing.T) {
 			t.Errorf("Failure %q, want %q", f.Message, want)
 		}
 	})
-	t.Run("Canceled", func(t *testing.T) {
-		c.t = t
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		if r := c.clone(ctx, sandbox.GitSource{URL: pub}, ""); !errors.Is(r.err, context.Canceled) {
-			t.Errorf("Clone with a canceled ctx: %v, want context.Canceled", r.err)
-		}
-	})
+	alsoAsNobody(t, "^Public$")
+
+	u := &cloner{t: t, data: t.TempDir()}
 	t.Run("Unconfined", func(t *testing.T) {
-		u := &cloner{t: t, data: t.TempDir()}
+		u.t = t
 		r := u.mustClone(sandbox.GitSource{URL: pub, Ref: "v1"}, "")
 		if got, want := head(t, r.dir), srv.One; got != want {
 			t.Errorf("HEAD %s, want %s", got, want)
 		}
 		assertOwned(t, r.dir, os.Getuid())
 	})
-	alsoAsNobody(t, "^(Public|Commit|Private|WrongToken|Unreachable)$")
+	t.Run("Depth1", func(t *testing.T) {
+		u.t = t
+		r := u.mustClone(sandbox.GitSource{URL: pub, Depth: 1}, "")
+		if got := gittest.Out(t, r.dir, "rev-list", "--count", "HEAD"); got != "1" {
+			t.Errorf("%s commits, want 1", got)
+		}
+		if got, want := head(t, r.dir), srv.Two; got != want {
+			t.Errorf("HEAD %s, want %s", got, want)
+		}
+	})
+	t.Run("Branch", func(t *testing.T) {
+		u.t = t
+		r := u.mustClone(sandbox.GitSource{URL: pub, Ref: "feature"}, "")
+		if got, want := head(t, r.dir), srv.Three; got != want {
+			t.Errorf("HEAD %s, want feature's %s", got, want)
+		}
+		mustRead(t, r.dir, "c.txt")
+	})
+	t.Run("Tag", func(t *testing.T) {
+		u.t = t
+		r := u.mustClone(sandbox.GitSource{URL: pub, Ref: "v1", Depth: 1}, "")
+		if got, want := head(t, r.dir), srv.One; got != want {
+			t.Errorf("HEAD %s, want v1's %s", got, want)
+		}
+		if got, want := mustRead(t, r.dir, "a.txt"), "one\n"; got != want {
+			t.Errorf("a.txt %q, want %q", got, want)
+		}
+	})
+	t.Run("Commit", func(t *testing.T) {
+		u.t = t
+		r := u.mustClone(sandbox.GitSource{URL: pub, Ref: srv.One}, "")
+		if got, want := head(t, r.dir), srv.One; got != want {
+			t.Errorf("HEAD %s, want %s", got, want)
+		}
+		if got, want := strings.Join(r.progress, " | "), "cloning "+pub+" | checking out "+srv.One; got != want {
+			t.Errorf("progress %q, want %q", got, want)
+		}
+		if _, err := os.Stat(filepath.Join(r.dir, "b.txt")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("b.txt of a later commit: %v, want it absent", err)
+		}
+	})
+	t.Run("Empty", func(t *testing.T) {
+		u.t = t
+		r := u.mustClone(sandbox.GitSource{URL: srv.URL + "/empty.git"}, "")
+		entries, err := os.ReadDir(r.dir)
+		if err != nil || len(entries) != 1 || entries[0].Name() != ".git" {
+			t.Errorf("the workspace holds %v (%v), want only .git", entries, err)
+		}
+		if got, want := strings.Join(r.progress, " | "), "cloning "+srv.URL+"/empty.git"; got != want {
+			t.Errorf("progress %q, want %q", got, want)
+		}
+	})
+	t.Run("PrivateCommit", func(t *testing.T) {
+		u.t = t
+		r := u.mustClone(sandbox.GitSource{URL: priv, Ref: srv.Three, Depth: 1}, gittest.Token)
+		if got, want := head(t, r.dir), srv.Three; got != want {
+			t.Errorf("HEAD %s, want %s", got, want)
+		}
+		b, err := os.ReadFile(filepath.Join(r.dir, ".git", "config"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gittest.AssertNoToken(t, ".git/config", string(b), gittest.Token)
+	})
+	t.Run("NoToken", func(t *testing.T) {
+		u.t = t
+		f, _ := u.failure(sandbox.GitSource{URL: priv}, "")
+		if want := "asks for a credential: put a token in secrets.GIT_TOKEN"; !strings.Contains(f.Message, want) {
+			t.Errorf("Failure %q, want it to say %q", f.Message, want)
+		}
+	})
+	t.Run("BadRef", func(t *testing.T) {
+		u.t = t
+		for _, ref := range []string{"no-such-branch", strings.Repeat("ab", 20), "a657"} {
+			f, _ := u.failure(sandbox.GitSource{URL: pub, Ref: ref, Depth: 1}, "")
+			if want := `ref "` + ref + `" was not found in ` + pub; !strings.HasPrefix(f.Message, want) {
+				t.Errorf("Failure %q, want %q", f.Message, want)
+			}
+		}
+	})
+	t.Run("NoRepository", func(t *testing.T) {
+		u.t = t
+		f, _ := u.failure(sandbox.GitSource{URL: srv.URL + "/nothing.git"}, "")
+		if want := "no repository at " + srv.URL + "/nothing.git"; !strings.HasPrefix(f.Message, want) {
+			t.Errorf("Failure %q, want %q", f.Message, want)
+		}
+	})
+	t.Run("Canceled", func(t *testing.T) {
+		u.t = t
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if r := u.clone(ctx, sandbox.GitSource{URL: pub}, ""); !errors.Is(r.err, context.Canceled) {
+			t.Errorf("Clone with a canceled ctx: %v, want context.Canceled", r.err)
+		}
+	})
 }
 
 // TestCloneWithoutNetwork: where the launcher cannot give git an open
 // network (pasta is not installed), the clone fails saying so, in the
-// operator's terms, rather than as an unreachable host.
+// operator's terms, rather than as an unreachable host. git never starts,
+// so no server is needed.
 func TestCloneWithoutNetwork(t *testing.T) {
-	srv := newGitServer(t)
 	bin := t.TempDir()
-	if err := os.Symlink(mustGit(t), filepath.Join(bin, "git")); err != nil {
+	if err := os.Symlink(gittest.Git(t), filepath.Join(bin, "git")); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin) // no pasta on it
-	c := newCloner(t, srv)
-	f, _ := c.failure(sandbox.GitSource{URL: srv.URL + "/pub.git"}, "")
+	port := gittest.ClosedPort(t)
+	c := newCloner(t, port)
+	f, _ := c.failure(sandbox.GitSource{URL: "http://127.0.0.1:" + strconv.Itoa(port) + "/pub.git"}, "")
 	if want := "git needs an open network to clone, which this server cannot give: pasta is not installed"; !strings.HasPrefix(f.Message, want) {
 		t.Errorf("Failure %q, want %q", f.Message, want)
 	}
-}
-
-// closedPort is a port of 127.0.0.1 that nothing listens on.
-func closedPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	return port
 }

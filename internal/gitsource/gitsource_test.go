@@ -16,6 +16,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/gitsource"
+	"github.com/sparkles-dev/sparkles/internal/gittest"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -112,7 +113,7 @@ func (r *recorder) Start(cmd *exec.Cmd, _ string, extra agent.Confinement) (func
 // of the machine's, speak only http(s), prompt for nothing, and have the
 // network open whatever the agent's entry says.
 func TestCredential(t *testing.T) {
-	srv := newGitServer(t)
+	srv := gittest.NewServer(t)
 	rec := &recorder{}
 	sb := t.TempDir()
 	work := filepath.Join(sb, "work")
@@ -123,8 +124,8 @@ func TestCredential(t *testing.T) {
 	err := gitsource.Clone(ctx, gitsource.Job{
 		Source:      sandbox.GitSource{URL: url, Ref: srv.One},
 		Dir:         work,
-		Token:       testToken,
-		Env:         []string{"PATH=" + os.Getenv("PATH"), "GIT_TOKEN=" + testToken, "GIT_ASKPASS=/bin/true", "GIT_CONFIG_PARAMETERS='core.hooksPath'='.'"},
+		Token:       gittest.Token,
+		Env:         []string{"PATH=" + os.Getenv("PATH"), "GIT_TOKEN=" + gittest.Token, "GIT_ASKPASS=/bin/true", "GIT_CONFIG_PARAMETERS='core.hooksPath'='.'"},
 		Launcher:    rec,
 		Sandbox:     sb,
 		Confinement: agent.Confinement{Network: "none", HostPorts: []int{srv.Port}},
@@ -135,10 +136,10 @@ func TestCredential(t *testing.T) {
 	if len(rec.cmds) != 4 { // init, remote add, fetch, checkout
 		t.Fatalf("%d git commands, want 4", len(rec.cmds))
 	}
-	header := "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+testToken))
+	header := "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+gittest.Token))
 	for i, cmd := range rec.cmds {
 		args := strings.Join(cmd.Args, " ")
-		assertNoToken(t, "argv "+args, args, testToken)
+		gittest.AssertNoToken(t, "argv "+args, args, gittest.Token)
 		if got := rec.extra[i]; got.Network != "open" || !slices.Equal(got.HostPorts, []int{srv.Port}) {
 			t.Errorf("%s: confinement %+v, want the network open and the agent's host ports", args, got)
 		}

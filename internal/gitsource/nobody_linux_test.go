@@ -22,7 +22,7 @@ const nobodyVar = "SPARKLES_GITSOURCE_TEST_AS_NOBODY"
 // tests do.
 //
 // subtests is the -test.run pattern of the subtests to run again: those
-// whose files or credential handling could differ.
+// whose files could differ. Each costs a confined clone more, so few.
 func alsoAsNobody(t *testing.T, subtests string) {
 	t.Helper()
 	if os.Getuid() != 0 || os.Getenv(nobodyVar) != "" {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -110,6 +111,26 @@ func TestOpenAPIConformance(t *testing.T) {
 	r.want(200, call{name: "approve", judge: A, method: "POST", path: sbPath + "/approvals/" + appr, body: jsonBody(map[string]string{"decision": "approve"})}, nil)
 	r.want(409, call{name: "approve again", judge: A, method: "POST", path: sbPath + "/approvals/" + appr, body: jsonBody(map[string]string{"decision": "approve"})}, nil)
 	s1.until(ctx, turnCompleted(turn.ID))
+
+	// 2b. The workspace: what the turn wrote, its diff, the files and
+	// archive routes, and a revert of the turn.
+	wrote := turn.ID
+	octets := []string{"Content-Type", "application/octet-stream"}
+	r.want(200, call{name: "diff", judge: A, method: "GET", path: sbPath + "/turns/" + wrote + "/diff"}, nil)
+	r.want(404, call{name: "diff no turn", judge: A, method: "GET", path: sbPath + "/turns/" + noTurn + "/diff"}, nil)
+	r.want(200, call{name: "files", judge: A, method: "GET", path: sbPath + "/files"}, nil)
+	r.want(200, call{name: "file", judge: A, method: "GET", path: sbPath + "/files/notes.txt"}, nil)
+	r.want(201, call{name: "put file", judge: A, method: "PUT", path: sbPath + "/files/docs%2Fa.bin", body: []byte("a"), header: octets}, nil)
+	r.want(200, call{name: "replace file", judge: A, method: "PUT", path: sbPath + "/files/docs%2Fa.bin", body: []byte("b"), header: octets}, nil)
+	r.want(412, call{name: "put stale", judge: A, method: "PUT", path: sbPath + "/files/docs%2Fa.bin", body: []byte("c"), header: append([]string{"If-Match", `"0"`}, octets...)}, nil)
+	r.want(200, call{name: "dir", judge: A, method: "GET", path: sbPath + "/files/docs?limit=1"}, nil)
+	r.want(400, call{name: "file out", judge: apitest.Unjudged, method: "GET", path: sbPath + "/files/%2e%2e%2Fx"}, nil)
+	r.want(409, call{name: "delete dir", judge: A, method: "DELETE", path: sbPath + "/files/docs"}, nil)
+	r.want(200, call{name: "delete file", judge: A, method: "DELETE", path: sbPath + "/files/docs%2Fa.bin"}, nil)
+	r.want(200, call{name: "archive", judge: A, method: "GET", path: sbPath + "/archive"}, nil)
+	r.want(200, call{name: "put archive", judge: A, method: "PUT", path: sbPath + "/archive?path=up", body: emptyTar(), header: []string{"Content-Type", "application/x-tar"}}, nil)
+	r.want(200, call{name: "revert", judge: A, method: "POST", path: sbPath + "/turns/" + wrote + "/revert"}, nil)
+	s1.until(ctx, typeIs("workspace.reverted"))
 
 	// 3. An approval denied by its option id; malformed decisions first.
 	r.want(202, call{name: "turn write 2", judge: A, method: "POST", path: sbPath + "/turns", body: jsonBody(map[string]string{"input": "write denied.txt"})}, &turn)
@@ -286,4 +307,13 @@ func TestOpenAPIConformance(t *testing.T) {
 	}
 	checkCoverage(t, r)
 	checkBrokenDocuments(t, r, file)
+}
+
+// emptyTar is a tar of one directory.
+func emptyTar() []byte {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	_ = tw.WriteHeader(&tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755})
+	_ = tw.Close()
+	return b.Bytes()
 }

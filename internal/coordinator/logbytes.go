@@ -82,11 +82,14 @@ func (b *box) stopForLogBytes() {
 	}
 	b.stopAgent()
 	// Retention is told before the turn's end is written, so that whoever
-	// sees the turn fail or the box stop finds retention already told.
+	// sees the turn fail or the box stop finds retention already told, and
+	// again after, when the stopped turn is finished and its own events
+	// may be pruned too.
 	b.nudge()
 	evs := b.tr.Error(sandbox.ErrLogFull, msg)
 	evs = b.endTurn(res, evs...)
 	b.setStatus(sandbox.StatusStopped, "the agent was stopped because its turn outgrew the event log's byte bound; it starts again with the next turn", evs...)
+	b.nudge()
 }
 
 // nudge tells retention of a log past its bound.

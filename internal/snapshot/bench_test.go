@@ -1,70 +1,32 @@
 package snapshot_test
 
 import (
-	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/internal/benchtree"
 	"github.com/sparkles-dev/sparkles/internal/snapshot"
 )
 
-// The target workspace of issue 28: 10,000 files, 200 MiB, 10 changed
-// per turn.
-const (
-	benchFiles   = 10000
-	benchDirs    = 100
-	benchBytes   = 200 << 20
-	benchChanged = 10
-)
-
-// benchWorkspace writes the workspace (distinct text files, so the store
-// holds 200 MiB of blobs as a real one would), dates it an hour back as a
-// workspace that existed before the turn, and takes the first snapshot.
+// benchWorkspace writes the workspace of the targets (benchtree.Full)
+// and takes the first snapshot.
 func benchWorkspace(b *testing.B) *workspace {
 	b.Helper()
 	w := mustOpen(b, snapshot.Options{})
-	per := benchBytes / benchFiles
-	old := time.Now().Add(-time.Hour)
-	var sb strings.Builder
-	for i := range benchFiles {
-		sb.Reset()
-		for line := 0; sb.Len() < per; line++ {
-			fmt.Fprintf(&sb, "file %05d line %04d: the quick brown fox jumps over the lazy dog\n", i, line)
-		}
-		p := w.path(benchPath(i))
-		if i < benchDirs {
-			os.MkdirAll(filepath.Dir(p), 0o755)
-		}
-		if err := os.WriteFile(p, []byte(sb.String()[:per]), 0o644); err != nil {
-			b.Fatal(err)
-		}
-		os.Chtimes(p, old, old)
+	if err := benchtree.Write(w.work, benchtree.Full); err != nil {
+		b.Fatal(err)
 	}
 	w.take()
 	return w
 }
 
-func benchPath(i int) string { return fmt.Sprintf("pkg%02d/sub/file%05d.txt", i%benchDirs, i) }
-
-// edit changes benchChanged files in their middle, as an agent's edit.
+// edit changes benchtree.Changed files in their middle, as an agent's edit.
 func edit(b *testing.B, w *workspace, round int) {
 	b.Helper()
-	for k := range benchChanged {
-		p := w.path(benchPath((round*benchChanged + k*997) % benchFiles))
-		data, err := os.ReadFile(p)
-		if err != nil {
-			b.Fatal(err)
-		}
-		mid := len(data) / 2
-		out := append(append(data[:mid:mid], fmt.Sprintf("edited in round %d\n", round)...), data[mid:]...)
-		if err := os.WriteFile(p, out, 0o644); err != nil {
-			b.Fatal(err)
-		}
+	if _, err := benchtree.Edit(w.work, benchtree.Full, round, benchtree.Changed); err != nil {
+		b.Fatal(err)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sparkles-dev/sparkles/internal/benchtree"
 	"github.com/sparkles-dev/sparkles/internal/workspace"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -323,31 +323,13 @@ func TestUnpackLimits(t *testing.T) {
 // BenchmarkArchive streams a 10,000-file, 200 MiB workspace as tar.gz.
 // Target: at least 100 MiB/s (BENCHMARKS.md).
 func BenchmarkArchive(b *testing.B) {
-	const files, total = 10_000, 200 << 20
 	e := mustOpen(b, workspace.Options{})
-	rng := rand.New(rand.NewPCG(1, 2))
-	// Text like source code: words from a small vocabulary, so it
-	// compresses as a repository does (about 4:1), not as noise.
-	words := strings.Fields("func return if else for range package import type struct interface err nil " +
-		"string int byte error context ctx value name path file dir write read open close := = { } ( ) , . \n\t")
-	var sb strings.Builder
-	for sb.Len() < 1<<20 {
-		sb.WriteString(words[rng.IntN(len(words))])
-		sb.WriteByte(' ')
+	tree := benchtree.Full
+	if err := benchtree.Write(e.dir, tree); err != nil {
+		b.Fatal(err)
 	}
-	text := sb.String()
-	per := total / files
-	for i := range files {
-		p := filepath.Join(e.dir, fmt.Sprintf("pkg%02d/sub%02d/file%05d.go", i%40, i%7, i))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			b.Fatal(err)
-		}
-		off := rng.IntN(len(text) - per)
-		if err := os.WriteFile(p, []byte(text[off:off+per]), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.SetBytes(int64(per * files))
+	total := int64(tree.PerFile() * tree.Files)
+	b.SetBytes(total)
 	b.ResetTimer()
 	for b.Loop() {
 		var n countWriter
@@ -355,8 +337,8 @@ func BenchmarkArchive(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if sum.Bytes != int64(per*files) {
-			b.Fatalf("archived %d bytes", sum.Bytes)
+		if sum.Bytes != total {
+			b.Fatalf("archived %d bytes, want %d", sum.Bytes, total)
 		}
 		b.ReportMetric(float64(sum.Bytes)/float64(n), "ratio")
 	}

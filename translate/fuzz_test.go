@@ -153,7 +153,8 @@ func checkFuzzEvents(t *testing.T, evs []*sandbox.Event) {
 	allowed := map[string]bool{}
 	for _, k := range strings.Fields(`input type text status stop_reason error code message duration_ms usage
 		input_tokens output_tokens total_tokens context_tokens context_window message_id part_id index kind parts tool_call_id title
-		locations path line approval_id options option_id label expires_at decision reason`) {
+		locations path line approval_id options option_id label expires_at decision reason
+		changes added modified deleted files change truncated turn_id`) {
 		allowed[k] = true
 	}
 	requested := map[string]int{}

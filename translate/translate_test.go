@@ -56,7 +56,7 @@ message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind"
 => next none
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Hello world"}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Hello world"}],"text":"Hello world"}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":55,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":55,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -67,7 +67,7 @@ turn.started turn_1 {"input":[{"type":"text","text":"count"}]}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"o"}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"oooooooooooooooooooo"}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"oooooooooooooooooooo"}],"text":"oooooooooooooooooooo"}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":20,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":20,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -83,7 +83,7 @@ turn.started turn_1 {"input":[{"type":"text","text":"why"}]}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"reasoning","text":"Let me think"}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"Because."}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"reasoning","text":"Let me think"},{"part_id":"part_2","index":1,"kind":"text","text":"Because."}],"text":"Because."}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -106,7 +106,7 @@ message.updated turn_1 {"message_id":"msg_2","part_id":"part_2","index":0,"kind"
 message.updated turn_1 {"message_id":"msg_2","part_id":"part_2","index":0,"kind":"text","text":"Second!"}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_3","index":1,"kind":"text","text":"back"}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Intro more"},{"part_id":"part_3","index":1,"kind":"text","text":"back"}],"text":"Intro more\n\nback"}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":60,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":60,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -133,7 +133,7 @@ tool.updated turn_1 {"tool_call_id":"tool_2","title":"Switch","kind":"other","st
 tool.updated turn_1 {"tool_call_id":"tool_3","title":"","kind":"fetch","status":"failed","locations":[]}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Looking"},{"part_id":"part_2","index":1,"kind":"text","text":" done"}],"text":"Looking\n\n done"}
 tool.updated turn_1 {"tool_call_id":"tool_2","title":"Switch","kind":"other","status":"completed","locations":[]}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -169,7 +169,7 @@ approval.resolved turn_1 {"approval_id":"appr_2","decision":"denied","option_id"
 => selected agent-secret-id-never
 => no approval
 tool.updated turn_1 {"tool_call_id":"tool_1","title":"Run make deploy","kind":"execute","status":"canceled","locations":[]}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":1000,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":1000,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -190,7 +190,7 @@ turn.started turn_1 {"input":[{"type":"text","text":"plan it"}]}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Plan:"}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"go"}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Plan:"},{"part_id":"part_2","index":1,"kind":"text","text":"go"}],"text":"Plan:\n\ngo"}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":{"input_tokens":0,"output_tokens":0,"total_tokens":0,"context_tokens":10,"context_window":100}}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":{"input_tokens":0,"output_tokens":0,"total_tokens":0,"context_tokens":10,"context_window":100},"changes":null}
 `,
 	},
 	{
@@ -211,7 +211,7 @@ error agent_exited the agent exited
 turn.started turn_1 {"input":[{"type":"text","text":"hi"}]}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Hi"}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Hi"}],"text":"Hi"}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null,"changes":null}
 => no approval
 => next none
 sandbox.error - {"code":"agent_exited","message":"the agent exited"}
@@ -244,7 +244,7 @@ message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","ind
 approval.resolved turn_1 {"approval_id":"appr_1","decision":"canceled","option_id":"","reason":"turn_canceled"}
 tool.updated turn_1 {"tool_call_id":"tool_1","title":"Edit main.go","kind":"edit","status":"canceled","locations":[]}
 tool.updated turn_1 {"tool_call_id":"tool_3","title":"Delete build","kind":"delete","status":"canceled","locations":[]}
-turn.completed turn_1 {"status":"canceled","stop_reason":"canceled","error":null,"duration_ms":10,"usage":null}
+turn.completed turn_1 {"status":"canceled","stop_reason":"canceled","error":null,"duration_ms":10,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -263,7 +263,7 @@ approval.requested turn_1 {"approval_id":"appr_1","tool_call_id":"tool_1","title
 => pending appr_1 opt_1=agent-secret-id-allow expires +10m0s
 approval.resolved turn_1 {"approval_id":"appr_1","decision":"failed","option_id":"","reason":"agent_exited"}
 tool.updated turn_1 {"tool_call_id":"tool_1","title":"make","kind":"execute","status":"failed","locations":[]}
-turn.completed turn_1 {"status":"failed","stop_reason":"error","error":{"code":"agent_exited","message":"the agent exited while holding [REDACTED]"},"duration_ms":0,"usage":null}
+turn.completed turn_1 {"status":"failed","stop_reason":"error","error":{"code":"agent_exited","message":"the agent exited while holding [REDACTED]"},"duration_ms":0,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -281,7 +281,7 @@ approval.requested turn_1 {"approval_id":"appr_1","tool_call_id":"tool_1","title
 => pending appr_1 opt_1=agent-secret-id-allow expires +10m0s
 approval.resolved turn_1 {"approval_id":"appr_1","decision":"canceled","option_id":"","reason":"turn_canceled"}
 tool.updated turn_1 {"tool_call_id":"tool_1","title":"make","kind":"other","status":"failed","locations":[]}
-turn.completed turn_1 {"status":"failed","stop_reason":"error","error":{"code":"turn_timeout","message":"the turn timed out"},"duration_ms":120000,"usage":null}
+turn.completed turn_1 {"status":"failed","stop_reason":"error","error":{"code":"turn_timeout","message":"the turn timed out"},"duration_ms":120000,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -294,7 +294,7 @@ turn.started turn_1 {"input":[{"type":"text","text":"tell me"}]}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"The password is "}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"The password is [REDACTED], keep it safe"}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"The password is [REDACTED], keep it safe"}],"text":"The password is [REDACTED], keep it safe"}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":120,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":120,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -314,7 +314,7 @@ message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind"
 tool.updated turn_1 {"tool_call_id":"tool_1","title":"think","kind":"think","status":"completed","locations":[]}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"secret-value"}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"key hunter2-super"},{"part_id":"part_2","index":1,"kind":"text","text":"secret-value"}],"text":"key hunter2-super\n\nsecret-value"}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -336,7 +336,7 @@ approval.resolved turn_1 {"approval_id":"appr_1","decision":"canceled","option_i
 => cancelled
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"export KEY=[REDACTED] and more"}],"text":"export KEY=[REDACTED] and more"}
 tool.updated turn_1 {"tool_call_id":"tool_1","title":"curl -H 'Authorization: Bearer [REDACTED]' -u [REDACTED]","kind":"fetch","status":"canceled","locations":[{"path":"[REDACTED].txt","line":null},{"path":"[REDACTED]/x","line":null}]}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":60,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":60,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -349,9 +349,9 @@ end end_turn
 turn.started turn_1 {"input":[{"type":"text","text":"one"}]}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"partial"}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"partial"}],"text":"partial"}
-turn.completed turn_1 {"status":"failed","stop_reason":"error","error":{"code":"internal","message":"the turn was superseded by a new turn"},"duration_ms":0,"usage":null}
+turn.completed turn_1 {"status":"failed","stop_reason":"error","error":{"code":"internal","message":"the turn was superseded by a new turn"},"duration_ms":0,"usage":null,"changes":null}
 turn.started turn_2 {"input":[{"type":"text","text":"two"}]}
-turn.completed turn_2 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+turn.completed turn_2 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -402,7 +402,7 @@ message.updated turn_1 {"message_id":"msg_1","part_id":"part_3","index":2,"kind"
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_4","index":3,"kind":"text","text":"Done: I "}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_4","index":3,"kind":"text","text":"Done: I wrote notes.txt for you."}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"reasoning","text":"\n\nThinking about the task."},{"part_id":"part_2","index":1,"kind":"text","text":"I will create notes.txt now."},{"part_id":"part_3","index":2,"kind":"reasoning","text":"\n\nThinking about the task."},{"part_id":"part_4","index":3,"kind":"text","text":"Done: I wrote notes.txt for you."}],"text":"I will create notes.txt now.\n\nDone: I wrote notes.txt for you."}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":{"input_tokens":0,"output_tokens":0,"total_tokens":0,"context_tokens":1231,"context_window":258400}}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":{"input_tokens":0,"output_tokens":0,"total_tokens":0,"context_tokens":1231,"context_window":258400},"changes":null}
 `,
 	},
 	{
@@ -434,7 +434,7 @@ tool.updated turn_1 {"tool_call_id":"tool_1","title":"Write notes.txt","kind":"e
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"Done: I wrote "}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"Done: I wrote notes.txt."}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"I'll write notes.txt for you now."},{"part_id":"part_2","index":1,"kind":"text","text":"Done: I wrote notes.txt."}],"text":"I'll write notes.txt for you now.\n\nDone: I wrote notes.txt."}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":{"input_tokens":3,"output_tokens":40,"total_tokens":1243,"context_tokens":1243,"context_window":200000}}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":{"input_tokens":3,"output_tokens":40,"total_tokens":1243,"context_tokens":1243,"context_window":200000},"changes":null}
 `,
 	},
 	{
@@ -461,7 +461,7 @@ message.updated turn_1 {"message_id":"msg_3","part_id":"part_3","index":0,"kind"
 message.updated turn_1 {"message_id":"msg_3","part_id":"part_4","index":1,"kind":"text","text":"Done: I wrote notes.txt."}
 message.updated turn_1 {"message_id":"msg_4","part_id":"part_5","index":0,"kind":"text","text":"\n"}
 message.completed turn_1 {"message_id":"msg_3","parts":[{"part_id":"part_3","index":0,"kind":"reasoning","text":"It worked."},{"part_id":"part_4","index":1,"kind":"text","text":"Done: I wrote notes.txt."}],"text":"Done: I wrote notes.txt."}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -476,7 +476,7 @@ end end_turn
 turn.started turn_1 {"input":[{"type":"text","text":"think"}]}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"reasoning","text":"Hmm."}
 message.updated turn_1 {"message_id":"msg_2","part_id":"part_2","index":0,"kind":"text","text":"  "}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -489,7 +489,7 @@ turn.started turn_1 {"input":[{"type":"text","text":"go"}]}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"wrote "}
 message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"wrote notes.txt for you"}
 message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"wrote notes.txt for you"}],"text":"wrote notes.txt for you"}
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":120,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":120,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -502,7 +502,7 @@ end fail agent_exited the agent exited in /srv/data/sandboxes/c_1/work
 		want: `
 turn.started turn_1 {"input":[{"type":"text","text":"fix a.go"}]}
 sandbox.error turn_1 {"code":"internal","message":"cannot read a.go or [data-dir]"}
-turn.completed turn_1 {"status":"failed","stop_reason":"error","error":{"code":"agent_exited","message":"the agent exited in ."},"duration_ms":0,"usage":null}
+turn.completed turn_1 {"status":"failed","stop_reason":"error","error":{"code":"agent_exited","message":"the agent exited in ."},"duration_ms":0,"usage":null,"changes":null}
 `,
 	},
 	{
@@ -529,7 +529,7 @@ turn.started turn_1 {"input":[{"type":"text","text":"hi"}]}
 => no approval
 => no approval
 => no approval
-turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null,"changes":null}
 `,
 	},
 }

@@ -445,7 +445,8 @@ func TestNothingForwardedOutsideAllowList(t *testing.T) {
 	allowed := map[string]bool{}
 	for _, k := range strings.Fields(`input type text status stop_reason error code message duration_ms usage
 		input_tokens output_tokens total_tokens context_tokens context_window message_id part_id index kind parts tool_call_id title
-		locations path line approval_id options option_id label expires_at decision reason`) {
+		locations path line approval_id options option_id label expires_at decision reason
+		changes added modified deleted files change truncated turn_id`) {
 		allowed[k] = true
 	}
 	for _, sc := range scenarios {
@@ -576,5 +577,26 @@ func TestOneMessageCompletedPerTurn(t *testing.T) {
 				t.Fatalf("%s: %s showed text but has no message.completed", sc.name, turn)
 			}
 		}
+	}
+}
+
+// TestChangesRedacted: a turn's changes name files as they are, but a
+// path holding a secret shows it redacted, as every string does.
+func TestChangesRedacted(t *testing.T) {
+	c := &clock{t: epoch}
+	tr := newScripted(c, testSecret)
+	tr.StartTurn("turn_1", nil)
+	evs := tr.EndTurn(TurnResult{StopReason: "end_turn", Changes: &sandbox.Changes{Added: 2, Files: []sandbox.FileChange{
+		{Path: "keys/" + testSecret + ".txt", Change: sandbox.ChangeAdded}, {Path: "notes.txt", Change: sandbox.ChangeAdded},
+	}}})
+	done := evs[len(evs)-1].Data.(*sandbox.TurnCompleted)
+	if done.Changes == nil || done.Changes.Added != 2 || len(done.Changes.Files) != 2 {
+		t.Fatalf("changes = %+v", done.Changes)
+	}
+	if p := done.Changes.Files[0].Path; strings.Contains(p, testSecret) || !strings.Contains(p, "[REDACTED]") {
+		t.Fatalf("a secret in a path: %q", p)
+	}
+	if p := done.Changes.Files[1].Path; p != "notes.txt" {
+		t.Fatalf("a plain path became %q", p)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/registry"
+	"github.com/sparkles-dev/sparkles/internal/workspace"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/server"
@@ -117,6 +118,9 @@ type Main struct {
 	// and 1 GiB.
 	SandboxDiskMax int64
 	DiskReserve    int64
+	// FileLimits bound what the API writes into a workspace (see
+	// coordinator.Config); zero fields take workspace's defaults.
+	FileLimits workspace.Limits
 	// Builtins are agents run in-process (see coordinator.Config); the
 	// test helper runs the demo agent so, without a binary on PATH.
 	Builtins map[string]coordinator.BuiltinAgent
@@ -223,6 +227,7 @@ func (m *Main) Run(ctx context.Context) error {
 		FSBudget:         m.AgentFSBudget,
 		SandboxDiskMax:   m.SandboxDiskMax,
 		DiskReserve:      m.DiskReserve,
+		FileLimits:       m.FileLimits,
 		LogMaxBytes:      logMax,
 		LogOver: func(id string) {
 			if retainer != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/sparkles-dev/sparkles/internal/natscluster"
+	"github.com/sparkles-dev/sparkles/internal/workspace"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/urfave/cli/v2"
 )
@@ -54,7 +55,10 @@ func newServeCommand() *cli.Command {
 			&cli.IntFlag{Name: "agent-max-procs", Value: confine.DefaultMaxProcs, EnvVars: []string{"SPARKLES_AGENT_MAX_PROCS"}, Usage: "processes and threads of one confined agent (cgroup pids.max where the server may make a cgroup, and RLIMIT_NPROC on Linux 5.14+)"},
 			&cli.StringFlag{Name: "agent-fs-budget", Value: "64M", EnvVars: []string{"SPARKLES_AGENT_FS_BUDGET"}, Usage: "memory the fs/read_text_file and fs/write_text_file requests of all agents may hold at once (at least 16M); a request beyond it waits, e.g. 64M"},
 			&cli.StringFlag{Name: "agent-memory-max", Value: "4G", EnvVars: []string{"SPARKLES_AGENT_MEMORY_MAX"}, Usage: "memory of one confined agent, its /tmp and /dev/shm counted in, e.g. 512M or 4G: a cgroup (v2 delegated, or v1 as root) where the server may make one, else a guard that stops the agent over it"},
-			&cli.StringFlag{Name: "sandbox-disk-max", Value: "10G", EnvVars: []string{"SPARKLES_SANDBOX_DISK_MAX"}, Usage: "bytes one sandbox's files (work, home, tmp) may take: past it the agent is stopped and its turn fails with disk_full, e.g. 512M or 10G; 0 for no limit"},
+			&cli.StringFlag{Name: "sandbox-disk-max", Value: "10G", EnvVars: []string{"SPARKLES_SANDBOX_DISK_MAX"}, Usage: "bytes one sandbox's files (work, home, tmp, its snapshots) may take: past it the agent is stopped and its turn fails with disk_full, and uploads answer 507, e.g. 512M or 10G; 0 for no limit"},
+			&cli.StringFlag{Name: "files-max-size", Value: "1G", EnvVars: []string{"SPARKLES_FILES_MAX_SIZE"}, Usage: "bytes of one file written into a workspace through the API (PUT …/files, or one entry of an archive), e.g. 100M"},
+			&cli.StringFlag{Name: "archive-max-size", Value: "10G", EnvVars: []string{"SPARKLES_ARCHIVE_MAX_SIZE"}, Usage: "unpacked bytes of one archive uploaded into a workspace (PUT …/archive), e.g. 2G"},
+			&cli.IntFlag{Name: "archive-max-entries", Value: workspace.DefaultArchiveEntries, EnvVars: []string{"SPARKLES_ARCHIVE_MAX_ENTRIES"}, Usage: "entries of one archive uploaded into a workspace"},
 			&cli.StringFlag{Name: "disk-reserve", Value: "1G", EnvVars: []string{"SPARKLES_DISK_RESERVE"}, Usage: "free space under --data-dir kept for the event log: below it agents are stopped and turns refused, e.g. 512M or 1G; 0 for none"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SPARKLES_LOG_FORMAT"}, Usage: "text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SPARKLES_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
@@ -95,6 +99,10 @@ func newServeCommand() *cli.Command {
 				return err
 			}
 			reserve, err := parseLimit(c, "disk-reserve")
+			if err != nil {
+				return err
+			}
+			limits, err := fileLimits(c)
 			if err != nil {
 				return err
 			}
@@ -150,6 +158,7 @@ func newServeCommand() *cli.Command {
 				MaxAgents:        maxAgents,
 				SandboxDiskMax:   diskMax,
 				DiskReserve:      reserve,
+				FileLimits:       limits,
 			}
 			ctx, stop := signalContext(c.Context)
 			defer stop()
@@ -203,6 +212,25 @@ func parseLimit(c *cli.Context, name string) (int64, error) {
 		return n, nil
 	}
 	return 0, nil
+}
+
+// fileLimits reads the limits of what the API writes into a workspace.
+func fileLimits(c *cli.Context) (workspace.Limits, error) {
+	var l workspace.Limits
+	for _, f := range []struct {
+		name string
+		to   *int64
+	}{{"files-max-size", &l.FileMax}, {"archive-max-size", &l.ArchiveMax}} {
+		n, err := parseSize(c.String(f.name))
+		if err != nil || n <= 0 {
+			return l, fmt.Errorf("--%s %q: want a size such as 100M or 2G", f.name, c.String(f.name))
+		}
+		*f.to = n
+	}
+	if l.ArchiveEntries = c.Int("archive-max-entries"); l.ArchiveEntries < 1 {
+		return l, fmt.Errorf("--archive-max-entries %d: want at least 1", l.ArchiveEntries)
+	}
+	return l, nil
 }
 
 // parseSize reads a byte count with an optional K, M or G (binary) suffix.

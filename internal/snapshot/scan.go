@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -42,6 +43,11 @@ func (s *Store) scan(ctx context.Context) (plumbing.Hash, manifest, error) {
 	fd, err := unix.Open(s.work, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return plumbing.ZeroHash, manifest{}, fmt.Errorf("open workspace: %w", &os.PathError{Op: "open", Path: s.work, Err: err})
+	}
+	if s.cache == nil {
+		// Loaded by the first scan only: a store opened for a diff or a
+		// change list has no use for it.
+		s.cache = loadStatCache(filepath.Join(s.dir, statCacheFile))
 	}
 	sc := &scanner{s: s, ctx: ctx, trustBefore: s.opts.Now().Add(-racyWindow).UnixNano(), next: make(map[string]cacheEntry, len(s.cache.Entries))}
 	h, _, err := sc.dir(fd, "", 0)

@@ -52,7 +52,7 @@ type Store struct {
 	st        *objects
 
 	mu    sync.Mutex
-	cache *statCache
+	cache *statCache // loaded by the first scan
 }
 
 // Open opens (creating it when missing) the store in dir for the workspace
@@ -92,7 +92,7 @@ func Open(dir, work string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("init snapshot store: %w", err)
 		}
 	}
-	return &Store{dir: adir, work: awork, opts: opts, st: st, cache: loadStatCache(filepath.Join(adir, statCacheFile))}, nil
+	return &Store{dir: adir, work: awork, opts: opts, st: st}, nil
 }
 
 // Close releases the store's resources.

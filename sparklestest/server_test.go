@@ -55,13 +55,27 @@ func TestSameServer(t *testing.T) {
 	srv.AppendEvents(sb.ID, &sandbox.Event{Type: sandbox.TypeMessageUpdated, Data: &sandbox.MessageUpdated{
 		MessageID: "msg_1", PartID: "part_1", Kind: sandbox.PartText, Text: "hello"}})
 	nextOfType(t, ctx, st, sandbox.TypeMessageUpdated)
-	code, body := get(t, srv, "/metrics")
-	if code != http.StatusOK || !strings.Contains(body, "sparkles_") {
-		t.Fatalf("/metrics: %d %.200s", code, body)
-	}
-	for _, want := range []string{"sparkles_stream_subscribers 1", "sparkles_store_healthy 1", "sparkles_stream_deliveries_total 1"} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q", want)
+	// The stream counts a delivery once its write returned, which may be
+	// after the client read the event: the count is waited for.
+	wants := []string{"sparkles_stream_subscribers 1", "sparkles_store_healthy 1", "sparkles_stream_deliveries_total 1"}
+	for {
+		code, body := get(t, srv, "/metrics")
+		if code != http.StatusOK || !strings.Contains(body, "sparkles_") {
+			t.Fatalf("/metrics: %d %.200s", code, body)
+		}
+		missing := ""
+		for _, want := range wants {
+			if !strings.Contains(body, want) {
+				missing = want
+			}
+		}
+		if missing == "" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("/metrics lacks %q", missing)
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

@@ -467,6 +467,11 @@ export class FileViewer {
     ui.download.addEventListener("click", () => this.#current && this.#download(this.#current.id, this.#current.path));
     ui.close.addEventListener("click", () => ui.dialog.close());
     ui.dialog.addEventListener("close", () => {
+      // The close event comes a task after close(): a file opened in
+      // between has the dialog open again, and its read must go on.
+      if (ui.dialog.open) {
+        return;
+      }
       this.#abort?.abort();
       this.#abort = null;
       this.#current = null;

@@ -41,6 +41,9 @@ func TestHandler(t *testing.T) {
 			"/guide.js":           "text/javascript; charset=utf-8",
 			"/history.js":         "text/javascript; charset=utf-8",
 			"/list.js":            "text/javascript; charset=utf-8",
+			"/changes.js":         "text/javascript; charset=utf-8",
+			"/files.js":           "text/javascript; charset=utf-8",
+			"/workspace.js":       "text/javascript; charset=utf-8",
 			"/style.css":          "text/css; charset=utf-8",
 			"/favicon.svg":        "image/svg+xml",
 		} {

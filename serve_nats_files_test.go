@@ -109,6 +109,15 @@ func TestServeNATSFiles(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dirA, "sandboxes", sb.ID, "work", "notes.txt")); err != nil {
 			t.Fatalf("the turn run through B did not write on A: %v", err)
 		}
+		// A revert asked of B is a call forwarded to A, which restores its
+		// workspace.
+		resp, body = nodeCall(t, b, "POST", "/v1/sandboxes/"+sb.ID+"/turns/"+turn+"/revert", nil, "")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("revert through B: %d %s\nA:\n%s", resp.StatusCode, body, a.logTail())
+		}
+		if _, err := os.Stat(filepath.Join(dirA, "sandboxes", sb.ID, "work", "notes.txt")); !os.IsNotExist(err) {
+			t.Fatalf("notes.txt on A after a revert through B: %v", err)
+		}
 	})
 	t.Run("DeleteThroughB", func(t *testing.T) {
 		if resp, body := nodeCall(t, b, "DELETE", files+"up?recursive=true", nil, ""); resp.StatusCode != http.StatusOK {

@@ -205,6 +205,9 @@ func startChromium(path string) {
 
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("drives chromium: not in -short")
+	}
 	path, ok := chromiumPath()
 	if !ok {
 		const how = "chromium is not installed; install it with `apt-get install chromium` to run the browser tests"

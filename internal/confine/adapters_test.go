@@ -22,6 +22,9 @@ import (
 // covers), start confined and answer ACP's initialize: node finds its
 // modules in the install dir, and the Rust binary of Codex runs.
 func TestAdaptersConfined(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the real adapters: not in -short")
+	}
 	bin := filepath.Join(agentsuite.Dir(), "node_modules", ".bin")
 	l := newLauncher(t, confine.Options{})
 	base := varTmp(t)

@@ -18,9 +18,10 @@
 //     own, so the server's terminal is no /dev/tty of the agent's either);
 //   - drops every capability the agent would inherit;
 //   - applies Landlock to itself and so to everything it starts: the
-//     system read-only, the agent's install directory read-only, the
-//     sandbox's work, home and tmp read-write (not the sandbox directory:
-//     the server's agent.log is there), a few device files, and, where the
+//     system read-only, the agent's install directory and the paths its
+//     command line names read-only (argpaths.go), the sandbox's work, home
+//     and tmp read-write (not the sandbox directory: the server's
+//     agent.log is there), a few device files, and, where the
 //     kernel's Landlock ABI has them, the signal and abstract unix socket
 //     scopes; no_new_privs comes with it;
 //   - loads a seccomp filter (seccomp_linux.go), on itself and so on

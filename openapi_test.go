@@ -129,6 +129,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	r.want(200, call{name: "delete file", judge: A, method: "DELETE", path: sbPath + "/files/docs%2Fa.bin"}, nil)
 	r.want(200, call{name: "archive", judge: A, method: "GET", path: sbPath + "/archive"}, nil)
 	r.want(200, call{name: "put archive", judge: A, method: "PUT", path: sbPath + "/archive?path=up", body: emptyTar(), header: []string{"Content-Type", "application/x-tar"}}, nil)
+	r.want(200, call{name: "logs", judge: A, method: "GET", path: sbPath + "/logs?tail=20"}, nil)
 	r.want(200, call{name: "revert", judge: A, method: "POST", path: sbPath + "/turns/" + wrote + "/revert"}, nil)
 	s1.until(ctx, typeIs("workspace.reverted"))
 

@@ -40,6 +40,7 @@ type Backend interface {
 	Files(ctx context.Context, id string) (*coordinator.Files, error)
 	Diff(ctx context.Context, id, turnID string, w io.Writer) error
 	Revert(ctx context.Context, id, turnID string) (sandbox.Sandbox, error)
+	AgentLog(ctx context.Context, id string) (*coordinator.AgentLog, error)
 	// Holder says where a sandbox's workspace is: here, or the base URL
 	// of the node to proxy its requests to (forward.go).
 	Holder(ctx context.Context, id string) (url string, here bool, err error)
@@ -91,6 +92,9 @@ type Config struct {
 	MaxConnections                int
 	MaxUnauthenticatedConnections int
 	UnauthenticatedIdleTimeout    time.Duration
+	// LogRequests logs each answered request at INFO; without it they are
+	// logged at DEBUG, and those answered 5xx at WARN either way.
+	LogRequests bool
 }
 
 // Observer is told what the streams do.
@@ -209,6 +213,7 @@ func (s *Server) newRouter() *httprouter.Router {
 		{http.MethodDelete, "/v1/sandboxes/:id/files/*path", accessFull, s.atHolder(s.deleteFile)},
 		{http.MethodGet, "/v1/sandboxes/:id/archive", accessFull, s.atHolder(s.getArchive)},
 		{http.MethodPut, "/v1/sandboxes/:id/archive", accessFull, s.atHolder(s.putArchive)},
+		{http.MethodGet, "/v1/sandboxes/:id/logs", accessFull, s.atHolder(s.getLogs)},
 		{http.MethodPost, "/v1/sandboxes/:id/approvals/:approval_id", accessFull, s.decide},
 		{http.MethodGet, "/v1/sandboxes/:id/events", accessRead, s.eventsPage},
 		{http.MethodGet, "/v1/sandboxes/:id/events/stream", accessRead, s.stream},
@@ -347,7 +352,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if id := pathSandboxID(r.URL.Path); id != "" {
 		attrs = append(attrs, "sandbox_id", id)
 	}
-	s.log.Info("http request", attrs...)
+	// A console polls and every stream reconnects, so a line per request
+	// at INFO scrolls the operator's terminal; a server error is worth a
+	// look whatever the level.
+	level := slog.LevelDebug
+	switch {
+	case status >= http.StatusInternalServerError:
+		level = slog.LevelWarn
+	case s.cfg.LogRequests:
+		level = slog.LevelInfo
+	}
+	s.log.Log(r.Context(), level, "http request", attrs...)
 }
 
 // pathSandboxID is the sandbox a /v1/sandboxes/{id}... path names, or "".

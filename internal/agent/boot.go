@@ -139,11 +139,26 @@ func (c *Conn) bootError(ctx context.Context, method string, err error) error {
 		}
 		return errors.New("agent refused to open a session")
 	case errors.Is(err, errNotRunning):
-		if why := c.Err(); why != nil {
-			return fmt.Errorf("agent stopped while starting: %v", why)
-		}
-		return errors.New("agent stopped while starting")
+		return &StoppedError{Step: method, Err: c.Err()}
 	}
 	c.log.Warn("agent boot failed", "method", method, "err", err)
 	return errors.New("agent failed to start")
 }
+
+// StoppedError is why Start failed when the agent ended before it answered
+// a boot request: Step is that request ("initialize", "session/new",
+// "session/load") and Err why it ended, an *ExitError when it exited by
+// itself. Its callers tell people what happened and what to do from it.
+type StoppedError struct {
+	Step string
+	Err  error
+}
+
+func (e *StoppedError) Error() string {
+	if e.Err == nil {
+		return "agent stopped while starting"
+	}
+	return "agent stopped while starting: " + e.Err.Error()
+}
+
+func (e *StoppedError) Unwrap() error { return e.Err }

@@ -26,7 +26,7 @@ import (
 func newSandboxCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "sandbox",
-		Usage: "create, list, show and delete sandboxes",
+		Usage: "create, list, show and delete sandboxes, and read their agents' logs",
 		Subcommands: []*cli.Command{
 			{
 				Name:  "create",
@@ -133,6 +133,7 @@ func newSandboxCommand() *cli.Command {
 					return nil
 				},
 			},
+			newSandboxLogsCommand(),
 		},
 	}
 }

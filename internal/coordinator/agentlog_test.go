@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -54,5 +55,37 @@ func TestAgentLogCapped(t *testing.T) {
 	l.Close()
 	if fi, _ := os.Stat(path); fi.Size() != max {
 		t.Errorf("agent.log after a reopen: %d bytes, want the new %d only", fi.Size(), max)
+	}
+}
+
+// TestAgentLogTail: the tail a failed boot logs is the end of what the
+// agent wrote since the log was opened, whole lines, at most 2 KiB.
+func TestAgentLogTail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.log")
+	if err := os.WriteFile(path, []byte("an earlier boot\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := openAgentLog(path, agentLogMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got := l.Tail(); got != "" {
+		t.Fatalf("Tail of a new boot = %q, want nothing", got)
+	}
+	l.Write([]byte("one\ntw"))
+	l.Write([]byte("o\n"))
+	if got, want := l.Tail(), "one\ntwo\n"; got != want {
+		t.Fatalf("Tail = %q, want %q", got, want)
+	}
+	line := bytes.Repeat([]byte("x"), 99)
+	line = append(line, '\n')
+	for range 50 {
+		l.Write(line)
+	}
+	l.Write([]byte("the last line\n"))
+	got := l.Tail()
+	if len(got) > agentLogTail || !strings.HasSuffix(got, "\nthe last line\n") || !strings.HasPrefix(got, string(line)) {
+		t.Fatalf("Tail after 5 KiB: %d bytes, want at most %d of whole lines ending with the last one", len(got), agentLogTail)
 	}
 }

@@ -81,8 +81,9 @@ type approvalRun struct {
 }
 
 type bootResult struct {
-	conn *agent.Conn
-	err  error
+	conn   *agent.Conn
+	err    error
+	stderr string // the end of what the agent wrote to stderr, when err is set
 }
 
 func (c *Coordinator) box(id string) (*box, error) {
@@ -437,6 +438,7 @@ func (b *box) boot(forTurn bool) {
 		res.conn, res.err = agent.Start(ctx, acfg)
 		if logf != nil {
 			if res.err != nil {
+				res.stderr = logf.Tail()
 				logf.Close()
 			} else {
 				go func() { <-res.conn.Done(); logf.Close() }()
@@ -485,10 +487,7 @@ func (b *box) booted(res bootResult) {
 			b.failQueued(sandbox.ErrSourceFailed, msg)
 			return
 		}
-		// An agent's refusal names what it offered (see agent.AuthError):
-		// the agent's words, so sanitized for status_detail as well.
-		msg := b.sanitize("the agent could not start: "+res.err.Error(), maxStatusDetail)
-		b.log().Warn("agent boot failed", "err", res.err)
+		msg := b.bootFailure(res)
 		b.releaseSlot()
 		b.setStatus(sandbox.StatusFailed, msg, b.tr.Error(sandbox.ErrAgentStartFailed, msg)...)
 		b.failQueued(sandbox.ErrAgentStartFailed, msg)

@@ -39,6 +39,23 @@ const OFFLINE_NOTE = "Waiting for the connection to answer.";
 // ALWAYS names the lasting option kinds as their buttons begin.
 const ALWAYS = { allow_always: "Always allow", reject_always: "Always deny" };
 
+// lastingText is the text of a lasting option's button: ALWAYS, then the
+// agent's label, less the words of ALWAYS when the label starts with them
+// ("Always allow writes", not "Always allow: Always allow writes"). The
+// words that say it lasts are always ours, whatever the label claims.
+export function lastingText(o) {
+  const prefix = ALWAYS[o.kind];
+  const label = (o.label || "").trim();
+  if (label === "") {
+    return prefix;
+  }
+  const head = label.slice(0, prefix.length);
+  if (head.toLowerCase() === prefix.toLowerCase() && !/^\p{L}/u.test(label.slice(prefix.length))) {
+    return prefix + label.slice(prefix.length);
+  }
+  return `${prefix}: ${label}`;
+}
+
 // ApprovalCard is the card of one pending approval.
 //
 // send(body) answers it ({decision} or {option_id}) and returns a promise;
@@ -84,7 +101,7 @@ export class ApprovalCard {
     // sends that very option.
     const lasting = options.filter((o) => ALWAYS[o.kind]);
     for (const o of lasting) {
-      const text = `${ALWAYS[o.kind]}: ${o.label || o.kind.replaceAll("_", " ")}`;
+      const text = lastingText(o);
       actions.append(this.#button(text, `always ${o.kind}`, { option_id: o.option_id }, `${text} (${title})`, hintID));
     }
     const meta = [a.kind, a.expires_at ? `expires ${new Date(a.expires_at).toLocaleTimeString()}` : ""].filter(Boolean).join(" · ");

@@ -89,7 +89,7 @@ func TestBrowserApproveInPage(t *testing.T) {
 	if got, want := eval[string](b, `document.querySelector('.approval .approval-title').textContent`), "Write notes.txt"; got != want {
 		t.Fatalf("approval title = %q, want %q", got, want)
 	}
-	if got, want := fmt.Sprint(eval[[]string](b, buttonsJS)), "[Allow once Deny Always allow: Always allow writes]"; got != want {
+	if got, want := fmt.Sprint(eval[[]string](b, buttonsJS)), "[Allow once Deny Always allow writes]"; got != want {
 		t.Fatalf("the card's buttons are %s, want %s", got, want)
 	}
 	b.do("allow once in the page", chromedp.Click(approve), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
@@ -143,7 +143,7 @@ func TestBrowserAlwaysAllow(t *testing.T) {
 	always := chromedp.CSS(`.approval button.allow_always`)
 	b.do("the approval card", chromedp.WaitVisible(always))
 	if got, want := eval[string](b, `document.querySelector('.approval button.allow_always').getAttribute('aria-label')`),
-		"Always allow: Always allow writes (Write notes.txt)"; got != want {
+		"Always allow writes (Write notes.txt)"; got != want {
 		t.Fatalf("the always button's name = %q, want %q", got, want)
 	}
 	if got, want := eval[string](b, `(() => { const b = document.querySelector('.approval button.allow_always');
@@ -339,7 +339,7 @@ func TestBrowserKeyboard(t *testing.T) {
 		b.do("Shift+Tab", chromedp.KeyEvent(kb.Tab, chromedp.KeyModifiers(chromedp.ModifierShift)))
 		walked = append(walked, eval[string](b, `document.activeElement.getAttribute('aria-label')`))
 	}
-	want := []string{"Always allow: Always allow writes (Write notes.txt)", "Deny: Write notes.txt", "Allow once: Write notes.txt"}
+	want := []string{"Always allow writes (Write notes.txt)", "Deny: Write notes.txt", "Allow once: Write notes.txt"}
 	if fmt.Sprint(walked) != fmt.Sprint(want) {
 		t.Fatalf("Shift+Tab from the prompt walked %q, want %q", walked, want)
 	}

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { outcome } from "./approval.js";
+import { lastingText, outcome } from "./approval.js";
 import { ago, statusWords } from "./dom.js";
 import { firstTurnStart, turnEvents } from "./history.js";
 
@@ -115,6 +115,20 @@ test("outcome", () => {
   // Without the request (retention removed it) the kind is unknown.
   assert.equal(outcome({ decision: "approved", option_id: "opt_2" }, undefined).label, "Allowed");
   assert.equal(outcome({ decision: "canceled", reason: "agent_exited" }).why, "the agent exited");
+});
+
+test("lastingText says always once", () => {
+  for (const [o, want] of [
+    [{ kind: "allow_always", label: "Always allow writes" }, "Always allow writes"],
+    [{ kind: "allow_always", label: "Always Allow" }, "Always allow"],
+    [{ kind: "allow_always", label: "Allow for this session" }, "Always allow: Allow for this session"],
+    [{ kind: "allow_always", label: "Always allowance" }, "Always allow: Always allowance"],
+    [{ kind: "allow_always", label: "Always deny" }, "Always allow: Always deny"],
+    [{ kind: "reject_always", label: "always deny: rm -rf" }, "Always deny: rm -rf"],
+    [{ kind: "reject_always", label: "" }, "Always deny"],
+  ]) {
+    assert.equal(lastingText(o), want, JSON.stringify(o));
+  }
 });
 
 test("statusWords: stopped is idle", () => {

@@ -88,6 +88,9 @@ type Main struct {
 	CORSOrigins     []string
 	Retention       retention.Config // Store, DataDir, Logger and Observer are set by Run
 	Logger          *slog.Logger
+	// LogRequests logs each API request at INFO rather than DEBUG (see
+	// server.Config).
+	LogRequests bool
 	// Isolation "off" runs agent processes with the server user's rights;
 	// anything else, the zero value included, confines them (Confine says
 	// how; its DataDir and Logger are set by Run) and Run fails where this
@@ -256,6 +259,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Token:       token,
 		Keepalive:   m.Keepalive,
 		Logger:      m.Logger,
+		LogRequests: m.LogRequests,
 		Metrics:     m.Metrics.Handler(),
 		Observer:    obs,
 		Ready:       m.ready,

@@ -3,7 +3,6 @@ package cli
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -60,13 +59,13 @@ func runPrompt(c *cli.Context) error {
 	}
 	text := strings.Join(args, " ")
 	if strings.TrimSpace(text) == "" {
-		return errors.New("the prompt is empty; say what the agent should do: sparkles prompt TEXT")
+		return usagef("the prompt is empty; say what the agent should do: sparkles prompt TEXT")
 	}
 	stdinTTY := term.IsTerminal(int(os.Stdin.Fd()))
 	policy := policyNone
 	switch {
 	case c.Bool("approve-all") && c.Bool("deny-all"):
-		return errors.New("--approve-all and --deny-all contradict each other; pass one of them")
+		return usagef("--approve-all and --deny-all contradict each other; pass one of them")
 	case c.Bool("approve-all"):
 		policy = policyApprove
 	case c.Bool("deny-all"):

@@ -62,6 +62,7 @@ func newServeCommand() *cli.Command {
 			&cli.StringFlag{Name: "disk-reserve", Value: "1G", EnvVars: []string{"SPARKLES_DISK_RESERVE"}, Usage: "free space under --data-dir kept for the event log: below it agents are stopped and turns refused, e.g. 512M or 1G; 0 for none"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SPARKLES_LOG_FORMAT"}, Usage: "text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SPARKLES_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+			&cli.BoolFlag{Name: "log-requests", EnvVars: []string{"SPARKLES_LOG_REQUESTS"}, Usage: "log every API request at info (without it they are logged at debug, and those answered 5xx at warn)"},
 		}, agentFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := checkAddr(c.String("addr")); err != nil {
@@ -125,6 +126,7 @@ func newServeCommand() *cli.Command {
 				AdvertiseURL:    c.String("advertise-url"),
 				Token:           c.String("token"),
 				Keepalive:       c.Duration("keepalive"),
+				LogRequests:     c.Bool("log-requests"),
 				Agents:          agents,
 				DefaultAgent:    c.String("default-agent"),
 				BootTimeout:     c.Duration("boot-timeout"),

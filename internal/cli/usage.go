@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -60,8 +62,59 @@ func onUsageError(c *cli.Context, err error, _ bool) error {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
 		msg = "unknown flag --" + strings.TrimLeft(name, "-")
+	} else if m := badFlagValue.FindStringSubmatch(msg); m != nil {
+		msg = badValue(c, m[2], "--"+m[2]+" "+m[1], m[3])
+	} else if m := badEnvValue.FindStringSubmatch(msg); m != nil {
+		msg = badValue(c, m[3], m[2]+"="+m[1]+" (--"+m[3]+")", "")
 	}
 	return usagef("%s; see `%s --help`", msg, help)
+}
+
+// The flag package's and urfave/cli's words for a value a flag cannot
+// take, which say only "parse error": the value, the flag (or its
+// environment variable) and the reason.
+var (
+	badFlagValue = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-([\w-]+): (.*)$`)
+	badEnvValue  = regexp.MustCompile(`^could not parse ("(?:[^"\\]|\\.)*") (?:as .+ value )?from environment variable "([^"]+)" for flag ([\w-]+): `)
+)
+
+// badValue says of a flag's value (what, as the user wrote it) what is
+// wrong with it and what the flag takes, with an example.
+func badValue(c *cli.Context, name, what, reason string) string {
+	var flags []cli.Flag
+	if c.Command != nil {
+		flags = c.Command.Flags
+	} else {
+		flags = c.App.Flags
+	}
+	want, example := "a value of another kind", ""
+	sep := " "
+	for _, f := range flags {
+		if !slices.Contains(f.Names(), name) {
+			continue
+		}
+		switch f.(type) {
+		case *cli.Uint64Flag, *cli.UintFlag:
+			want, example = "a whole number of 0 or more", "42"
+		case *cli.IntFlag, *cli.Int64Flag:
+			want, example = "a whole number", "10"
+		case *cli.DurationFlag:
+			want, example = "a duration with its unit (ms, s, m, h)", "30s"
+		case *cli.BoolFlag:
+			// A boolean flag takes its value only after "=".
+			want, example, sep = "true or false", "true", "="
+		case *cli.Float64Flag:
+			want, example = "a number", "0.5"
+		}
+	}
+	msg := what + " is not " + want
+	if reason == "value out of range" {
+		msg = what + " is out of range for " + want
+	}
+	if example != "" {
+		msg += ", e.g. --" + name + sep + example
+	}
+	return msg
 }
 
 // unknownCommand is the action of a command that only groups others (cmd,

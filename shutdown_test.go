@@ -102,8 +102,8 @@ func TestGracefulShutdown(t *testing.T) {
 					done = d
 				}
 			}
-			if done == nil || done.Status != sandbox.TurnCanceled {
-				t.Fatalf("turn.completed = %+v, want canceled", done)
+			if done == nil || done.Status != sandbox.TurnCanceled || done.Error == nil || done.Error.Code != sandbox.ErrServerStopped {
+				t.Fatalf("turn.completed = %+v, want canceled with %s", done, sandbox.ErrServerStopped)
 			}
 			var got sandbox.Sandbox
 			p2.mustCall(http.MethodGet, "/v1/sandboxes/"+sb.ID, nil, http.StatusOK, &got)

@@ -133,7 +133,11 @@ const (
 	// ErrSourceFailed: the workspace's source (a git repository) could
 	// not be fetched; the sandbox is failed.
 	ErrSourceFailed = "source_failed"
-	ErrInternal     = "internal"
+	// ErrServerStopped: the server stopped during the turn, which it ended
+	// canceled though no user canceled it. It is only ever the error of
+	// such a turn.completed, never a sandbox.error of its own.
+	ErrServerStopped = "server_stopped"
+	ErrInternal      = "internal"
 )
 
 // SandboxStatus is the data of a transient sandbox.status frame.

@@ -76,6 +76,11 @@ type TurnResult struct {
 	// Canceled means the user canceled the turn: its status is canceled
 	// whatever the agent answered (even end_turn).
 	Canceled bool
+	// Stopped says why the server, not the user, canceled the turn (it
+	// stopped while the turn ran): status canceled, stop_reason canceled,
+	// and turn.completed.error is Stopped, so a client can tell it from a
+	// cancel of its own. Canceled wins over it, and it over Err.
+	Stopped *sandbox.ErrorInfo
 	// Err is set when the turn failed (agent exited, timeout, protocol
 	// error, restart): status failed, stop_reason error.
 	Err *sandbox.ErrorInfo
@@ -251,6 +256,9 @@ func (t *Translator) EndTurn(r TurnResult) []*sandbox.Event {
 	switch {
 	case r.Canceled:
 		done.Status, done.StopReason = sandbox.TurnCanceled, sandbox.StopCanceled
+	case r.Stopped != nil:
+		done.Status, done.StopReason = sandbox.TurnCanceled, sandbox.StopCanceled
+		done.Error = &sandbox.ErrorInfo{Code: r.Stopped.Code, Message: t.redactBounded(r.Stopped.Message, maxMessageBytes)}
 	case r.Err != nil:
 		done.Status, done.StopReason = sandbox.TurnFailed, sandbox.StopError
 		done.Error = &sandbox.ErrorInfo{Code: r.Err.Code, Message: t.redactBounded(r.Err.Message, maxMessageBytes)}

@@ -116,6 +116,12 @@ func TestEndTurn(t *testing.T) {
 		{"CanceledDespiteEndTurn", TurnResult{StopReason: "end_turn", Canceled: true}, "canceled", "canceled", ""},
 		{"CanceledWinsOverError", TurnResult{Canceled: true, Err: &sandbox.ErrorInfo{Code: "agent_exited"}}, "canceled", "canceled", ""},
 		{"Failed", TurnResult{StopReason: "end_turn", Err: &sandbox.ErrorInfo{Code: "protocol_error", Message: "bad"}}, "failed", "error", "protocol_error"},
+		// The server's stop cancels the turn and says so; a cancel of the
+		// user's own is still a plain one.
+		{"StoppedByServer", TurnResult{Stopped: &sandbox.ErrorInfo{Code: "server_stopped", Message: "stopped"}}, "canceled", "canceled", "server_stopped"},
+		{"StoppedDespiteEndTurn", TurnResult{StopReason: "end_turn", Stopped: &sandbox.ErrorInfo{Code: "server_stopped"}}, "canceled", "canceled", "server_stopped"},
+		{"StoppedWinsOverError", TurnResult{Stopped: &sandbox.ErrorInfo{Code: "server_stopped"}, Err: &sandbox.ErrorInfo{Code: "agent_exited"}}, "canceled", "canceled", "server_stopped"},
+		{"CanceledWinsOverStopped", TurnResult{Canceled: true, Stopped: &sandbox.ErrorInfo{Code: "server_stopped"}}, "canceled", "canceled", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &clock{t: epoch}
@@ -151,6 +157,15 @@ func TestEndTurn(t *testing.T) {
 			}
 		})
 	}
+	t.Run("StoppedMessage", func(t *testing.T) {
+		tr := newScripted(&clock{t: epoch})
+		tr.StartTurn("turn_1", nil)
+		msg := "the server stopped during the turn; send the prompt again to go on"
+		d := tr.EndTurn(TurnResult{Stopped: &sandbox.ErrorInfo{Code: sandbox.ErrServerStopped, Message: msg}})[0].Data.(*sandbox.TurnCompleted)
+		if d.Error == nil || d.Error.Message != msg {
+			t.Fatalf("error = %+v, want message %q", d.Error, msg)
+		}
+	})
 	t.Run("Usage", func(t *testing.T) {
 		tr := newScripted(&clock{t: epoch})
 		tr.StartTurn("turn_1", nil)

@@ -29,6 +29,7 @@ export type SandboxErrorCode =
   | "log_full"
   | "disk_full"
   | "source_failed"
+  | "server_stopped"
   | "internal";
 
 export interface TextInput {
@@ -156,6 +157,7 @@ export interface TurnStartedData {
 export interface TurnCompletedData {
   status: "succeeded" | "failed" | "canceled";
   stop_reason: StopReason;
+  /** Why a failed turn failed; `server_stopped` on a canceled turn the server's stop ended; else null. */
   error: ErrorInfo | null;
   duration_ms: number;
   usage: Usage | null;

@@ -28,9 +28,33 @@ const STOP_REASONS = {
   max_tokens: "stopped at the token limit",
   max_turn_requests: "stopped at the request limit",
   refusal: "the agent refused",
-  canceled: "canceled",
+  // The badge says canceled already.
+  canceled: "",
   error: "ended by an error",
 };
+
+// ERROR_WORDS replace the message of an error whose code says it all.
+const ERROR_WORDS = {
+  server_stopped: "stopped by the server",
+};
+
+// endDetail is the line under a finished turn: how it stopped, why, and how
+// long it took. A turn the server canceled by stopping says so, so that it
+// does not read as a cancel of the user's own.
+export function endDetail({ stop_reason, error, duration_ms } = {}) {
+  const bits = [];
+  if (stop_reason && STOP_REASONS[stop_reason] !== "") {
+    bits.push(STOP_REASONS[stop_reason] ?? stop_reason.replaceAll("_", " "));
+  }
+  const why = ERROR_WORDS[error?.code] ?? error?.message;
+  if (why) {
+    bits.push(why);
+  }
+  if (duration_ms) {
+    bits.push(duration(duration_ms));
+  }
+  return bits;
+}
 
 // denialWords is how a turn that succeeded with denials says so, as the
 // CLI's exit status 3 counts them: requests the user denied.
@@ -102,21 +126,11 @@ class Turn {
   // foot shows how the turn ended; a success with denials says so, in the
   // warning colour, since the agent did not do all it asked to.
   #foot() {
-    const { stop_reason, error, duration_ms } = this.end;
     const denied = this.status === "succeeded" && this.denials.size > 0;
     this.el.dataset.denied = String(this.denials.size);
     this.badge.className = `badge status-${denied ? "denied" : this.status}`;
     this.badge.textContent = denied ? denialWords(this.denials.size) : this.status;
-    const bits = [];
-    if (stop_reason && STOP_REASONS[stop_reason] !== "") {
-      bits.push(STOP_REASONS[stop_reason] ?? stop_reason.replaceAll("_", " "));
-    }
-    if (error?.message) {
-      bits.push(error.message);
-    }
-    if (duration_ms) {
-      bits.push(duration(duration_ms));
-    }
+    const bits = endDetail(this.end);
     if (bits.length > 0 || this.status === "running" || this.status === "queued") {
       this.detail.textContent = bits.join(" · ");
     }

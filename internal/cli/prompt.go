@@ -35,6 +35,9 @@ func newPromptCommand() *cli.Command {
 		ArgsUsage: "TEXT",
 		Description: "Creates a sandbox unless --sandbox names one (its id goes to stderr), starts a turn with TEXT\n" +
 			"and follows it to the end. Ctrl-C cancels the turn; a second Ctrl-C quits at once.\n" +
+			"A sandbox it creates is named after the prompt's first words (metadata name, shown by\n" +
+			"`sparkles sandbox list`) and keeps its agent running until the server's idle timeout; --rm\n" +
+			"deletes it once the turn ends, else the summary says how to continue or delete it.\n" +
 			"Without --approve-all or --deny-all, requests of the agent are asked on the terminal, and denied\n" +
 			"when stdin is not a terminal: y allows this once, a takes the agent's always-option when it offers\n" +
 			"one (the agent may then stop asking), anything else denies.\n" +
@@ -47,6 +50,7 @@ func newPromptCommand() *cli.Command {
 			&cli.BoolFlag{Name: "hide-reasoning", EnvVars: []string{"SPARKLES_HIDE_REASONING"}, Usage: "do not show the agent's reasoning"},
 			&cli.BoolFlag{Name: "approve-all", EnvVars: []string{"SPARKLES_APPROVE_ALL"}, Usage: "approve every request of the agent without asking, each for one use (its allow_once option)"},
 			&cli.BoolFlag{Name: "deny-all", EnvVars: []string{"SPARKLES_DENY_ALL"}, Usage: "deny every request of the agent without asking"},
+			&cli.BoolFlag{Name: "rm", EnvVars: []string{"SPARKLES_RM"}, Usage: "delete the sandbox this command creates once the turn ends (not one named with --sandbox)"},
 		),
 		Action: runPrompt,
 	}
@@ -60,6 +64,10 @@ func runPrompt(c *cli.Context) error {
 	text := strings.Join(args, " ")
 	if strings.TrimSpace(text) == "" {
 		return usagef("the prompt is empty; say what the agent should do: sparkles prompt TEXT")
+	}
+	if c.Bool("rm") && c.String("sandbox") != "" {
+		return usagef("--rm deletes only the sandbox this command creates, not one named with --sandbox; "+
+			"delete that one with: sparkles sandbox delete %s", c.String("sandbox"))
 	}
 	stdinTTY := term.IsTerminal(int(os.Stdin.Fd()))
 	policy := policyNone
@@ -81,26 +89,39 @@ func runPrompt(c *cli.Context) error {
 	defer cancel()
 
 	id := c.String("sandbox")
+	next := ""
 	var since uint64
 	if id == "" {
-		sb, err := api.CreateSandbox(ctx, client.CreateSandboxRequest{Agent: c.String("agent")})
+		sb, err := api.CreateSandbox(ctx, client.CreateSandboxRequest{
+			Agent:    c.String("agent"),
+			Metadata: map[string]string{"name": sandboxName(text)},
+		})
 		if err != nil {
 			return api.describe(err)
 		}
 		fmt.Fprintf(c.App.ErrWriter, "sandbox %s\n", sb.ID)
 		id, since = sb.ID, uint64(sb.LastEventID)
+		if c.Bool("rm") {
+			// Whatever ends the command (the turn, an error, a second
+			// Ctrl-C) the sandbox goes with it.
+			defer removeSandbox(api, c.App.ErrWriter, id, deleteCommand(c, id))
+		} else {
+			next = continueCommand(c, id) + " · delete: " + deleteCommand(c, id)
+		}
 	} else {
 		sb, err := api.GetSandbox(ctx, id)
 		if err != nil {
 			return api.describe(err)
 		}
 		since = uint64(sb.LastEventID)
+		next = continueCommand(c, id)
 	}
 
 	// From here a Ctrl-C cancels the turn instead of killing the process.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	started := time.Now()
 	turn, err := api.StartTurn(ctx, id, text)
 	if err != nil {
 		return api.describe(err)
@@ -111,7 +132,9 @@ func runPrompt(c *cli.Context) error {
 		r:         newRenderer(c.App.Writer, c.App.ErrWriter, c.Bool("hide-reasoning")),
 		decided:   map[string]bool{},
 		approvals: map[string]*sandbox.ApprovalRequested{},
-		next:      continueCommand(c, id),
+		next:      next,
+		started:   started,
+		created:   c.String("sandbox") == "",
 	}
 	// The stream starts at the sandbox's position before the turn, so it
 	// sees every event of the turn whenever it connects.
@@ -169,8 +192,10 @@ type promptRun struct {
 	answers   chan string
 	decided   map[string]bool                       // approvals this run answered
 	approvals map[string]*sandbox.ApprovalRequested // every approval of the turn
-	next      string                                // the command that prompts the same sandbox again
+	next      string                                // how to go on with the sandbox; "" when it is deleted
+	created   bool                                  // this command created the sandbox
 	denied    int                                   // approvals of the turn that ended denied
+	started   time.Time                             // when the turn was asked for
 	canceling bool
 	down      bool // the stream is reconnecting
 	prompting bool // a question waits on the terminal, mid-line
@@ -182,6 +207,7 @@ func (p *promptRun) loop(msgs <-chan client.Message, errc <-chan error, retry <-
 		t := time.NewTicker(spinEvery)
 		defer t.Stop()
 		tick = t.C
+		p.r.status.start = p.started
 		p.r.setWaiting("waiting for the agent…")
 	}
 	for {
@@ -194,6 +220,7 @@ func (p *promptRun) loop(msgs <-chan client.Message, errc <-chan error, retry <-
 				p.notice("reconnected")
 			}
 			if done, err := p.handle(m); done {
+				p.pipeNext()
 				return err
 			}
 		case err := <-errc:
@@ -247,6 +274,9 @@ func (p *promptRun) handle(m client.Message) (done bool, err error) {
 	if ev.TurnID != "" && ev.TurnID != p.turn.ID {
 		return false, nil
 	}
+	if ev.TurnID != "" && !p.canceling {
+		p.r.setWaiting("working…")
+	}
 	switch d := ev.Data.(type) {
 	case *sandbox.MessageUpdated:
 		p.r.part(d)
@@ -279,7 +309,7 @@ func (p *promptRun) handle(m client.Message) (done bool, err error) {
 			}
 			return true, nil
 		case sandbox.TurnCanceled:
-			p.notice("turn canceled")
+			p.notice("turn canceled" + canceledWhy(d))
 			return true, exitTurnCanceled
 		}
 		msg := "turn failed (" + d.StopReason + ")"
@@ -290,6 +320,14 @@ func (p *promptRun) handle(m client.Message) (done bool, err error) {
 		return true, exitTurnFailed
 	}
 	return false, nil
+}
+
+// pipeNext tells a pipe's reader how to go on with the sandbox a turn
+// left running; a terminal reads it in the summary.
+func (p *promptRun) pipeNext() {
+	if !p.r.tty && p.created && p.next != "" {
+		p.notice("continue: " + p.next)
+	}
 }
 
 // turnExit is the exit status of a turn that ended so.
@@ -303,20 +341,6 @@ func turnExit(d *sandbox.TurnCompleted, denied int) error {
 		return exitTurnCanceled
 	}
 	return exitTurnFailed
-}
-
-// continueCommand is the command that prompts the same sandbox of the same
-// server again.
-func continueCommand(c *cli.Context, id string) string {
-	cmd := "sparkles prompt --sandbox " + id
-	// What came from the environment is there for the next command too.
-	if u := c.String("url"); u != defaultURL && u != os.Getenv("SPARKLES_URL") {
-		cmd += " --url " + shellQuote(u)
-	}
-	if d := c.String("data-dir"); c.IsSet("data-dir") && c.String("token") == "" && d != os.Getenv("SPARKLES_DATA_DIR") {
-		cmd += " --data-dir " + shellQuote(d)
-	}
-	return cmd + ` "…"`
 }
 
 func detail(s string) string {

@@ -45,6 +45,7 @@ type renderer struct {
 	frame    int
 	waiting  string // what the spinner says when no tool is live; "" for none
 	asking   bool   // a question waits at the bottom
+	status   liveStatus
 	// canceling: the turn is being canceled, so a tool that fails now
 	// fails of the cancel and is shown canceled.
 	canceling bool
@@ -134,6 +135,7 @@ func (r *renderer) write(s string) {
 	if s == "" {
 		return
 	}
+	r.advance(s)
 	if r.curKind == sandbox.PartReasoning {
 		fmt.Fprint(r.out, faint+s+reset)
 	} else {
@@ -382,4 +384,14 @@ func sanitize(s string, tty bool) string {
 		return c
 	}
 	return strings.Map(clean, s)
+}
+
+// canceledWhy is what a canceled turn adds to the word canceled: nothing
+// for a cancel of the user's own (Ctrl-C, sparkles cancel), the reason when
+// the server canceled it by stopping, so the two do not read the same.
+func canceledWhy(d *sandbox.TurnCompleted) string {
+	if d.Error != nil && d.Error.Code == sandbox.ErrServerStopped {
+		return ": the server stopped during the turn"
+	}
+	return ""
 }

@@ -177,15 +177,25 @@ func printSandbox(w io.Writer, sb sandbox.Sandbox, streamToken string) error {
 
 func printSandboxes(w io.Writer, list []sandbox.Sandbox) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tAGENT\tCURRENT TURN\tLAST EVENT\tCREATED")
+	fmt.Fprintln(tw, "ID\tNAME\tSTATUS\tAGENT\tCURRENT TURN\tLAST EVENT\tCREATED")
 	for _, sb := range list {
 		turn := "-"
 		if sb.CurrentTurn != nil {
 			turn = sb.CurrentTurn.ID
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", sb.ID, sb.Status, sb.Agent, turn, sb.LastEventID, formatTime(sb.CreatedAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", sb.ID, listName(sb), sb.Status, sb.Agent, turn, sb.LastEventID, formatTime(sb.CreatedAt))
 	}
 	return tw.Flush()
+}
+
+// listName is what a list calls a sandbox: its metadata name, one short
+// line without tabs (it is anyone's text), else the tail of its id, which
+// tells apart sandboxes made in the same second.
+func listName(sb sandbox.Sandbox) string {
+	if n := oneLine(sanitize(sb.Metadata["name"], false), 32); n != "" {
+		return n
+	}
+	return sb.ID[max(0, len(sb.ID)-6):]
 }
 
 func formatTime(t time.Time) string {

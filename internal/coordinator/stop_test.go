@@ -123,16 +123,24 @@ func TestStopSequence(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		tweak  func(*coordinator.Config)
-		stop   func(e *env, sb sandbox.Sandbox)
+		stop   func(e *env, sb sandbox.Sandbox, turnID string)
 		status string
 		code   string
 	}{
-		{name: "Delete", status: sandbox.TurnCanceled, stop: func(e *env, sb sandbox.Sandbox) {
+		{name: "Delete", status: sandbox.TurnCanceled, stop: func(e *env, sb sandbox.Sandbox, _ string) {
 			if _, err := e.co.DeleteSandbox(context.Background(), sb.ID); err != nil {
 				e.t.Fatal(err)
 			}
 		}},
-		{name: "Shutdown", status: sandbox.TurnCanceled, stop: func(e *env, _ sandbox.Sandbox) { e.co.Close() }},
+		// The server's stop says so in the turn's end; a turn the user
+		// canceled before stays the user's plain cancel.
+		{name: "Shutdown", status: sandbox.TurnCanceled, code: sandbox.ErrServerStopped, stop: func(e *env, _ sandbox.Sandbox, _ string) { e.co.Close() }},
+		{name: "CanceledThenShutdown", status: sandbox.TurnCanceled, stop: func(e *env, sb sandbox.Sandbox, turnID string) {
+			if _, err := e.co.CancelTurn(context.Background(), sb.ID, turnID); err != nil {
+				e.t.Fatal(err)
+			}
+			e.co.Close()
+		}},
 		{
 			name:   "TurnTimeout",
 			tweak:  func(c *coordinator.Config) { c.TurnTimeout = 200 * time.Millisecond },
@@ -154,7 +162,7 @@ func TestStopSequence(t *testing.T) {
 			}
 			e.waitFor(sb.ID, 0, isType(sandbox.TypeApprovalRequested))
 			if tc.stop != nil {
-				tc.stop(e, sb)
+				tc.stop(e, sb, turn.ID)
 			}
 			if got, want := a.record(t), []string{"session/cancel", "answer cancelled", "open", "eof"}; !slices.Equal(got, want) {
 				t.Fatalf("the agent saw %q, want %q", got, want)

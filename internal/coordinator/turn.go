@@ -438,12 +438,25 @@ func (b *box) expireApprovals() {
 // over (see agent.Conn.Close); ending the turn before would answer its
 // permission requests without the cancel that must precede them. It
 // returns the turn's closing events for the caller to emit with its own.
-func (b *box) cancelAndStop() []*sandbox.Event {
+func (b *box) cancelAndStop(res translate.TurnResult) []*sandbox.Event {
 	b.stopAgent()
 	if b.turn == nil {
 		return nil
 	}
-	return b.endTurn(translate.TurnResult{Canceled: true})
+	return b.endTurn(res)
+}
+
+// serverStopped is how a turn ends when the server stops under it: canceled,
+// saying so, unless the user canceled it first (then it is the user's
+// cancel, as anywhere else).
+func (b *box) serverStopped() translate.TurnResult {
+	if b.turn == nil || b.turn.canceled {
+		return translate.TurnResult{Canceled: true}
+	}
+	return translate.TurnResult{Stopped: &sandbox.ErrorInfo{
+		Code:    sandbox.ErrServerStopped,
+		Message: "the server stopped during the turn; send the prompt again to go on",
+	}}
 }
 
 // remove deletes the sandbox: its agent stops, its running turn ends
@@ -455,16 +468,17 @@ func (b *box) cancelAndStop() []*sandbox.Event {
 func (b *box) remove() {
 	b.deleted = true
 	b.write(nil, b.statusMutate(sandbox.StatusStopping, "stopping the agent"))
-	evs := b.cancelAndStop()
+	evs := b.cancelAndStop(translate.TurnResult{Canceled: true})
 	b.c.clones.stop(b.id) // what it left is removed once it ends (booted)
 	b.removeFiles()
 	b.setStatus(sandbox.StatusDeleted, "deleted by request", evs...)
 }
 
 // shutdown runs when the coordinator closes: the running turn is completed
-// as canceled and durable before the agent is stopped.
+// as canceled, with server_stopped as its error, and durable before the
+// agent is stopped.
 func (b *box) shutdown() {
-	evs := b.cancelAndStop()
+	evs := b.cancelAndStop(b.serverStopped())
 	if b.booting {
 		if res := <-b.bootDone; res.conn != nil {
 			res.conn.Close()

@@ -1,0 +1,26 @@
+// Unit tests of how a finished turn's line reads in the console. Run with
+// `node --test web/` (TestNodeUnits runs them from go test).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { endDetail } from "./view.js";
+
+test("endDetail: a cancel does not repeat the badge's word", () => {
+  assert.deepEqual(endDetail({ stop_reason: "canceled", error: null, duration_ms: 2700 }), ["2.7 s"]);
+});
+
+test("endDetail: a turn the server stopped says so", () => {
+  const error = { code: "server_stopped", message: "the server stopped during the turn; send the prompt again to go on" };
+  assert.deepEqual(endDetail({ stop_reason: "canceled", error, duration_ms: 2700 }), ["stopped by the server", "2.7 s"]);
+});
+
+test("endDetail: a failure shows its message", () => {
+  const error = { code: "turn_timeout", message: "the turn ran longer than 30m0s and was stopped" };
+  assert.deepEqual(endDetail({ stop_reason: "error", error, duration_ms: 450 }), [
+    "ended by an error",
+    "the turn ran longer than 30m0s and was stopped",
+    "450 ms",
+  ]);
+  assert.deepEqual(endDetail({ stop_reason: "max_tokens", duration_ms: 0 }), ["stopped at the token limit"]);
+  assert.deepEqual(endDetail({ stop_reason: "end_turn" }), []);
+});

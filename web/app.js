@@ -6,7 +6,7 @@
 import { API, NetworkError } from "./api.js";
 import { answeredHere } from "./approval.js";
 import { revertsAfter } from "./changes.js";
-import { h, statusWords } from "./dom.js";
+import { h, sandboxState, statusWords } from "./dom.js";
 import { Guide } from "./guide.js";
 import { earlierEvents, firstTurn, turnEvents } from "./history.js";
 import { SandboxList } from "./list.js";
@@ -352,14 +352,17 @@ function renderHeader() {
   ui.sandboxID.textContent = sb.id;
   ui.sandboxID.hidden = name === sb.id;
   document.title = `${name} — Sparkles`;
-  const words = state.missing ? { label: "not found", long: "not found" } : statusWords(sb.status);
-  ui.status.className = `badge status-${state.missing ? "missing" : sb.status || "unknown"}`;
-  ui.status.replaceChildren(
-    h("span", { class: "badge-short", text: words.label }),
-    h("span", { class: "badge-long", text: words.long }),
-  );
-  ui.status.title = sb.status_detail || words.long;
   updateControls();
+}
+
+// renderBadge shows the open sandbox's state in the header as its list row
+// shows it (sandboxState), with room to say more.
+function renderBadge(sb, pending) {
+  const st = state.missing ? { key: "missing", label: "not found", long: "not found" } : sandboxState(sb, pending);
+  ui.status.className = `badge status-${st.key}`;
+  ui.status.replaceChildren(h("span", { class: "badge-short", text: st.label }), h("span", { class: "badge-long", text: st.long }));
+  // The status's detail explains that status, not a turn's.
+  ui.status.title = (st.key === sb.status && sb.status_detail) || st.long;
 }
 
 const CONNECTION_TEXT = {
@@ -419,6 +422,10 @@ function updateControls() {
   transcript.setOffline(!online);
   transcript.setRevertable(!gone && online && cur === null);
   const pending = transcript.pending;
+  if (sb) {
+    list.setPending(sb.id, pending);
+    renderBadge(sb, pending);
+  }
   let text = "";
   if (state.missing) {
     text = "This sandbox does not exist.";

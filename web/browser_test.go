@@ -114,6 +114,10 @@ func TestBrowserApproveInPage(t *testing.T) {
 
 	b.prompt("write notes.txt again")
 	b.do("the next write asks again", chromedp.WaitVisible(approve))
+	// One state everywhere while the approval waits: the header and the
+	// sandbox's row in the list.
+	b.untilJSON("the header waits for an answer", `document.querySelector('#sandbox-status .badge-short').textContent`, `"waiting"`)
+	b.untilJSON("the list row says the same", fmt.Sprintf(`document.querySelector('#sandbox-list [data-sandbox-id="%s"] .badge').textContent`, id), `"waiting"`)
 	b.do("deny it", chromedp.Click(chromedp.CSS(".approval button.deny")), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
 	b.until("the answer says so", answerHas("You did not let me write notes.txt."))
 	// A success with a denial is not a plain success: the agent did not do
@@ -121,6 +125,9 @@ func TestBrowserApproveInPage(t *testing.T) {
 	b.decisions("the denied write is kept", "Denied|Write notes.txt|in this tab")
 	b.until("the turn succeeds", turnStatus("succeeded"))
 	b.ended("succeeded with a denial")
+	// The write did not run because it was denied: it did not fail.
+	b.untilJSON("the denied tool", deniedToolJS, `"denied denied status-denied"`)
+	b.untilJSON("the header is back to the sandbox's status", `document.querySelector('#sandbox-status .badge-short').textContent`, `"ready"`)
 	log = approvalLog(t, s, id)
 	if len(log) != 2 || log[1].resolved == nil {
 		t.Fatalf("the log has approvals %+v, want two resolved", log)
@@ -130,6 +137,11 @@ func TestBrowserApproveInPage(t *testing.T) {
 	}
 	b.noConsoleErrors()
 }
+
+// deniedToolJS is the state, badge text and badge class of the last turn's
+// write tool.
+const deniedToolJS = `(() => { const c = [...` + lastTurn + `.querySelectorAll('.tool')].find(c => c.querySelector('.tool-title').textContent === 'Write notes.txt');
+	const b = c?.querySelector('.badge'); return c ? c.dataset.status + ' ' + b.textContent + ' ' + b.className.replace('badge ', '') : ''; })()`
 
 // TestBrowserAlwaysAllow: the lasting option has a button of its own that
 // says so and sends that option; the agent then stops asking.
@@ -245,6 +257,8 @@ func TestBrowserReloadMidTurn(t *testing.T) {
 	b.waitLive()
 	b.decisions("the denial is still there", "Denied|Write notes.txt|in this tab")
 	b.ended("succeeded with a denial")
+	// The snapshot's tools come before the denial read from the log.
+	b.untilJSON("the denied tool is still denied", deniedToolJS, `"denied denied status-denied"`)
 	if after := eval[string](b, viewJS); after != denied {
 		t.Fatalf("the view changed across the reload:\nbefore %s\nafter  %s", denied, after)
 	}

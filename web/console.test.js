@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { lastingText, outcome } from "./approval.js";
-import { ago, statusWords } from "./dom.js";
+import { ago, sandboxState, statusWords } from "./dom.js";
 import { firstTurnStart, turnEvents } from "./history.js";
 
 // fakeLog answers api.events(id, since, limit) from a list of events, as
@@ -149,4 +149,21 @@ test("ago", () => {
     assert.equal(ago(t, now), want, t);
   }
   assert.equal(ago("not a time", now), "");
+});
+
+test("sandboxState: one state for the header and the list row", () => {
+  const ready = { status: "ready", current_turn: null };
+  const running = { status: "ready", current_turn: { id: "t_1", status: "running" } };
+  assert.deepEqual(sandboxState(ready), { key: "ready", label: "ready", long: "ready" });
+  // A running turn, not the agent's own status: both places say running.
+  assert.equal(sandboxState(running).label, "running");
+  assert.equal(sandboxState(running).key, "running");
+  assert.equal(sandboxState({ status: "ready", current_turn: { status: "queued" } }).label, "queued");
+  // An approval that waits says so first.
+  assert.deepEqual(sandboxState(running, 1), { key: "pending", label: "waiting", long: "running — waiting for your approval" });
+  assert.equal(sandboxState(running, 2).long, "running — 2 approvals wait for you");
+  // A finished turn leaves the sandbox's status, in the page's words.
+  assert.equal(sandboxState({ status: "stopped", current_turn: { status: "succeeded" } }).label, "idle");
+  assert.equal(sandboxState({ status: "deleted", current_turn: { status: "running" } }, 1).label, "deleted");
+  assert.equal(sandboxState(undefined).key, "unknown");
 });

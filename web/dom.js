@@ -54,6 +54,31 @@ export function statusWords(status) {
   return STATUS_WORDS[status] ?? { label: status || "…", long: status || "" };
 }
 
+// sandboxState is the one state the page shows for a sandbox, in the header
+// and in its list row alike: an approval that waits for an answer first (the
+// page knows of those only in the open sandbox: pending), then a turn that
+// runs or waits to, then the sandbox's own status. It returns {key, label,
+// long}: key names the badge's colour (status-<key>), label is for a badge,
+// long for where there is room to explain.
+export function sandboxState(sb, pending = 0) {
+  const status = sb?.status ?? "";
+  if (status === "deleted") {
+    return { key: "deleted", label: "deleted", long: "deleted" };
+  }
+  if (pending > 0) {
+    const long = pending === 1 ? "running — waiting for your approval" : `running — ${pending} approvals wait for you`;
+    return { key: "pending", label: "waiting", long };
+  }
+  const turn = sb?.current_turn?.status;
+  if (turn === "running") {
+    return { key: "running", label: "running", long: "running a turn" };
+  }
+  if (turn === "queued") {
+    return { key: "queued", label: "queued", long: "a turn is queued" };
+  }
+  return { key: status || "unknown", ...statusWords(status) };
+}
+
 // ago says how long before now t was, in words ("just now", "5 min ago").
 export function ago(t, now = Date.now()) {
   const ms = now - Date.parse(t);

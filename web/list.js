@@ -11,7 +11,7 @@
 // yet is asked again only when its log has grown, and a turn the page
 // starts or sees start names it at once.
 import { firstTurnStart } from "./history.js";
-import { ago, h, inputText, statusWords } from "./dom.js";
+import { ago, h, inputText, sandboxState } from "./dom.js";
 
 // The most a name shows of a first prompt; the rest is in the row's title.
 const NAME_MAX = 60;
@@ -19,8 +19,6 @@ const NAME_MAX = 60;
 const LOOKUPS = 2;
 // The list is read in pages of the API's largest size.
 const PAGE = 100;
-
-const running = (sb) => ["queued", "running"].includes(sb.current_turn?.status);
 
 function truncate(text, max) {
   const line = text.trim().split("\n")[0];
@@ -40,6 +38,7 @@ export class SandboxList {
   #asking = new Set();
   #queue = [];
   #observer;
+  #pending = { id: null, n: 0 }; // approvals waiting in the open sandbox
   selected = null;
   showDeleted = false;
 
@@ -219,18 +218,23 @@ export class SandboxList {
     return [p && p !== this.name(id) ? p.trim().split("\n")[0].slice(0, 300) : "", sb?.id].filter(Boolean).join("\n");
   }
 
-  // #state is the row's badge: a running turn first, then the sandbox's
-  // own status.
-  #state(sb) {
-    if (sb.status === "deleted") {
-      return { cls: "status-deleted", text: "deleted", title: "deleted" };
+  // setPending tells the list how many approvals wait in the open sandbox
+  // (only there does the page know), so that its row says what the header
+  // says.
+  setPending(id, n) {
+    if (this.#pending.id === id && this.#pending.n === n) {
+      return;
     }
-    if (running(sb)) {
-      const s = sb.current_turn.status;
-      return { cls: `status-${s}`, text: s, title: `a turn is ${s}` };
+    const before = this.#pending.id;
+    this.#pending = { id, n };
+    if (this.#sandboxes.has(id) || this.#sandboxes.has(before)) {
+      this.render();
     }
-    const w = statusWords(sb.status);
-    return { cls: `status-${sb.status}`, text: w.label, title: w.long };
+  }
+
+  // pending is how many approvals the list knows to wait in sandbox id.
+  pending(id) {
+    return this.#pending.id === id ? this.#pending.n : 0;
   }
 
   render() {
@@ -247,13 +251,13 @@ export class SandboxList {
       if (sb.status === "deleted" && !this.showDeleted && id !== this.selected) {
         continue;
       }
-      const st = this.#state(sb);
+      const st = sandboxState(sb, this.pending(id));
       const when = sb.updated_at || sb.created_at;
       const link = h(
         "a",
         { class: "sb-link", href: `#/sandboxes/${encodeURIComponent(id)}`, "aria-current": id === this.selected ? "page" : null, title: this.#title(id) },
         h("span", { class: "sb-name", text: this.name(id) }),
-        h("span", { class: `badge ${st.cls}`, text: st.text, title: st.title }),
+        h("span", { class: `badge status-${st.key}`, text: st.label, title: st.long }),
         h(
           "span",
           { class: "sb-meta" },

@@ -58,7 +58,14 @@ export function endDetail({ stop_reason, error, duration_ms } = {}) {
 
 // denialWords is how a turn that succeeded with denials says so, as the
 // CLI's exit status 3 counts them: requests the user denied.
-const denialWords = (n) => (n === 1 ? "succeeded with a denial" : `succeeded with ${n} denials`);
+export const denialWords = (n) => (n === 1 ? "succeeded with a denial" : `succeeded with ${n} denials`);
+
+// toolState is the state a tool card shows: a tool whose approval was
+// denied and that then ended without running was denied, not failed (the
+// agent reports it failed, or canceled).
+export function toolState(status, denied) {
+  return denied && (status === "failed" || status === "canceled") ? "denied" : status;
+}
 
 // Turn is the section of one turn.
 class Turn {
@@ -71,6 +78,8 @@ class Turn {
     this.cards = new Map(); // approval id -> ApprovalCard, while pending
     this.records = new Map(); // approval id -> DecisionRecord
     this.denials = new Set(); // approval ids the user denied
+    this.deniedTools = new Set(); // tool call ids of those approvals
+    this.toolStates = new Map(); // tool call id -> its last tool.updated data
     this.promptText = h("p", { class: "prompt-text" });
     this.prompt = h("div", { class: "prompt", hidden: true }, h("span", { class: "who", text: "You" }), this.promptText);
     this.reasoningParts = h("div", { class: "parts" });
@@ -185,12 +194,14 @@ class Turn {
       );
       insertSorted(this.tools, card, t.tool_call_id);
     }
-    card.dataset.status = t.status;
+    this.toolStates.set(t.tool_call_id, t);
+    const status = toolState(t.status, this.deniedTools.has(t.tool_call_id));
+    card.dataset.status = status;
     card.querySelector(".tool-kind").textContent = t.kind || "other";
     card.querySelector(".tool-title").textContent = t.title || "Tool call";
     const badge = card.querySelector(".badge");
-    badge.className = `badge status-${t.status}`;
-    badge.textContent = t.status;
+    badge.className = `badge status-${status}`;
+    badge.textContent = status;
     const locs = card.querySelector(".locations");
     locs.replaceChildren(
       ...(t.locations ?? []).map((l) => h("li", {}, h("code", { text: l.line ? `${l.path}:${l.line}` : l.path }))),
@@ -204,6 +215,7 @@ class Turn {
     for (const el of this.tools.querySelectorAll(".tool")) {
       if (!keep.has(el.dataset.toolId)) {
         el.remove();
+        this.toolStates.delete(el.dataset.toolId);
       }
     }
     for (const t of tools) {
@@ -276,6 +288,15 @@ class Turn {
     if (r.outcome.key === "denied" || r.outcome.key === "always_denied") {
       this.denials.add(d.approval_id);
       this.#foot();
+      // The tool may have ended before the page read the denial (a
+      // snapshot's tools come before the log behind it).
+      const tool = request?.tool_call_id;
+      if (tool) {
+        this.deniedTools.add(tool);
+        if (this.toolStates.has(tool)) {
+          this.upsertTool(this.toolStates.get(tool));
+        }
+      }
     }
     return r;
   }

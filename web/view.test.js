@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { endDetail } from "./view.js";
+import { denialWords, endDetail, toolState } from "./view.js";
 
 test("endDetail: a cancel does not repeat the badge's word", () => {
   assert.deepEqual(endDetail({ stop_reason: "canceled", error: null, duration_ms: 2700 }), ["2.7 s"]);
@@ -23,4 +23,18 @@ test("endDetail: a failure shows its message", () => {
   ]);
   assert.deepEqual(endDetail({ stop_reason: "max_tokens", duration_ms: 0 }), ["stopped at the token limit"]);
   assert.deepEqual(endDetail({ stop_reason: "end_turn" }), []);
+});
+
+test("toolState: a tool that ended after its approval was denied was denied, not failed", () => {
+  assert.equal(toolState("failed", true), "denied");
+  assert.equal(toolState("canceled", true), "denied");
+  // Nothing was denied, or the tool ran all the same: as the agent says.
+  assert.equal(toolState("failed", false), "failed");
+  assert.equal(toolState("completed", true), "completed");
+  assert.equal(toolState("pending", true), "pending");
+});
+
+test("denialWords: a success with denials reads as the CLI's summary does", () => {
+  assert.equal(denialWords(1), "succeeded with a denial");
+  assert.equal(denialWords(2), "succeeded with 2 denials");
 });

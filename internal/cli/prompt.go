@@ -304,7 +304,7 @@ func (p *promptRun) handle(m client.Message) (done bool, err error) {
 		switch d.Status {
 		case sandbox.TurnSucceeded:
 			if p.denied > 0 {
-				p.notice(fmt.Sprintf("turn succeeded, but %d request(s) of the agent were denied", p.denied))
+				p.notice("turn " + denialWords(p.denied))
 				return true, exitDenied
 			}
 			return true, nil
@@ -515,12 +515,15 @@ func (p *promptRun) decide(a *sandbox.ApprovalRequested, d client.Decision, outc
 }
 
 func (p *promptRun) resolved(d *sandbox.ApprovalResolved) {
+	a := p.approvals[d.ApprovalID]
 	if d.Decision == sandbox.DecisionDenied {
 		p.denied++
+		if a != nil {
+			p.r.deny(a)
+		}
 	}
 	// Settled by the turn's cancel: what the person sees is that the tool
 	// was canceled (the agent may then report it failed).
-	a := p.approvals[d.ApprovalID]
 	canceled := a != nil && d.Decision == sandbox.DecisionCanceled && d.Reason == sandbox.ReasonTurnCanceled
 	if p.asking != nil && p.asking.ApprovalID == d.ApprovalID {
 		// Settled elsewhere (a timeout, a cancel, another client) while the

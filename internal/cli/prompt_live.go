@@ -242,8 +242,8 @@ func (r *renderer) toolDone(t *toolLine) string {
 	switch t.status {
 	case sandbox.ToolCompleted:
 		return r.style(sgrGreen, "✓") + " " + title
-	case sandbox.ToolCanceled:
-		return r.style(sgrYellow, "⊘") + " " + title + r.style(sgrDim, " · canceled")
+	case sandbox.ToolCanceled, toolDenied:
+		return r.style(sgrYellow, "⊘") + " " + title + r.style(sgrDim, " · "+t.status)
 	}
 	return r.style(sgrRed, "✗") + " " + title + r.style(sgrDim, " · "+t.status)
 }
@@ -257,13 +257,13 @@ func (r *renderer) turnSummary(d *sandbox.TurnCompleted, denied int, next string
 		took = took.Round(100 * time.Millisecond)
 	}
 	var line string
-	switch d.Status {
-	case sandbox.TurnSucceeded:
+	switch {
+	case d.Status == sandbox.TurnSucceeded && denied > 0:
+		// Not a plain success (exit status 3): amber, as in the console.
+		line = r.style(sgrYellow, "✓") + " " + r.style(sgrBold, denialWords(denied)) + " in " + took.String()
+	case d.Status == sandbox.TurnSucceeded:
 		line = r.style(sgrGreen, "✓") + " " + r.style(sgrBold, "succeeded") + " in " + took.String()
-		if denied > 0 {
-			line += fmt.Sprintf(", but %d request(s) of the agent were denied", denied)
-		}
-	case sandbox.TurnCanceled:
+	case d.Status == sandbox.TurnCanceled:
 		line = r.style(sgrYellow, "⊘") + " " + r.style(sgrBold, "canceled") + " after " + took.String() + canceledWhy(d)
 	default:
 		line = r.style(sgrRed, "✗") + " " + r.style(sgrBold, "failed") + " after " + took.String()

@@ -38,6 +38,7 @@ type renderer struct {
 	// Parts whose text was shown (a closed block, or printed).
 	shown     map[string]string
 	toolLines map[string]*toolLine
+	denied    map[string]bool // tool calls whose approval was denied
 
 	// The live area (prompt_live.go).
 	live     []string // ids of the tools that have not ended, in order
@@ -52,7 +53,7 @@ type renderer struct {
 }
 
 func newRenderer(out, errw io.Writer, hideReasoning bool) *renderer {
-	r := &renderer{out: out, errw: errw, hide: hideReasoning, shown: map[string]string{}, toolLines: map[string]*toolLine{}}
+	r := &renderer{out: out, errw: errw, hide: hideReasoning, shown: map[string]string{}, toolLines: map[string]*toolLine{}, denied: map[string]bool{}}
 	if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		r.tty, r.fd = true, int(f.Fd())
 		r.fancy = os.Getenv("TERM") != "dumb"
@@ -272,14 +273,18 @@ func (r *renderer) tool(d *sandbox.ToolUpdated) {
 		return
 	}
 	status := d.Status
-	if status == sandbox.ToolFailed && r.canceling {
+	switch {
+	case (status == sandbox.ToolFailed || status == sandbox.ToolCanceled) && r.denied[d.ToolCallID]:
+		// It did not run because it was denied: that is no failure.
+		status = toolDenied
+	case status == sandbox.ToolFailed && r.canceling:
 		status = sandbox.ToolCanceled
 	}
 	if t.title == d.Title && t.kind == d.Kind && t.status == status {
 		return
 	}
 	t.title, t.kind, t.status = d.Title, d.Kind, status
-	ended := status == sandbox.ToolCompleted || status == sandbox.ToolFailed || status == sandbox.ToolCanceled
+	ended := status == sandbox.ToolCompleted || status == sandbox.ToolFailed || status == sandbox.ToolCanceled || status == toolDenied
 	t.ended = ended
 	if !r.fancy {
 		r.info("[" + t.kind + "] " + oneLine(t.title, 100) + ": " + t.status)
@@ -298,6 +303,27 @@ func (r *renderer) tool(d *sandbox.ToolUpdated) {
 		r.live = append(r.live, d.ToolCallID)
 	}
 	r.drawLive()
+}
+
+// toolDenied is how a tool whose approval was denied shows once it ends
+// without running, as the console shows it.
+const toolDenied = "denied"
+
+// deny marks the tool of an approval that was denied, so that its end
+// shows as denied rather than failed.
+func (r *renderer) deny(a *sandbox.ApprovalRequested) {
+	if a.ToolCallID != "" {
+		r.denied[a.ToolCallID] = true
+	}
+}
+
+// denialWords is how a turn that succeeded although requests of the agent
+// were denied ends, in the console's words.
+func denialWords(n int) string {
+	if n == 1 {
+		return "succeeded with a denial"
+	}
+	return fmt.Sprintf("succeeded with %d denials", n)
 }
 
 // toolCanceled shows a tool whose approval the turn's cancel settled as

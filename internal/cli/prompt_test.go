@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"io"
+	"strings"
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/client"
@@ -281,5 +283,61 @@ func TestRendererPipeCanceled(t *testing.T) {
 	r.tool(&sandbox.ToolUpdated{ToolCallID: "tool_1", Title: "Write b.go", Kind: "edit", Status: sandbox.ToolFailed})
 	if got, want := errw.String(), "[edit] Write b.go: pending\n[edit] Write b.go: canceled\n"; got != want {
 		t.Fatalf("stderr = %q, want %q", got, want)
+	}
+}
+
+// TestRendererDenied: a tool whose approval was denied did not run: it
+// ends denied, in amber, not failed, and the turn that succeeded all the
+// same says so in the console's words, in amber rather than green.
+func TestRendererDenied(t *testing.T) {
+	a := &sandbox.ApprovalRequested{ApprovalID: "appr_1", ToolCallID: "tool_1", Title: "Write b.go", Kind: "edit"}
+	tool := func(status string) *sandbox.ToolUpdated {
+		return &sandbox.ToolUpdated{ToolCallID: "tool_1", Title: "Write b.go", Kind: "edit", Status: status}
+	}
+	t.Run("Terminal", func(t *testing.T) {
+		vt := vtscreen.New(60)
+		var raw bytes.Buffer
+		w := io.MultiWriter(vt, &raw)
+		r := newRenderer(w, w, false)
+		r.tty, r.fancy, r.color, r.fd, r.cols = true, true, true, -1, vt.Cols()
+		r.tool(tool(sandbox.ToolPending))
+		r.deny(a)
+		r.tool(tool(sandbox.ToolFailed))
+		r.tool(&sandbox.ToolUpdated{ToolCallID: "tool_2", Title: "Run make", Kind: "execute", Status: sandbox.ToolFailed})
+		r.finish()
+		r.turnSummary(&sandbox.TurnCompleted{Status: sandbox.TurnSucceeded, DurationMS: 2100}, 1, "")
+		wantScreen(t, vt, "⊘ Write b.go · denied\n✗ Run make · failed\n✓ succeeded with a denial in 2.1s")
+		amber := "\x1b[" + sgrYellow + "m"
+		for _, want := range []string{amber + "⊘" + reset + " Write b.go", amber + "✓" + reset + " \x1b[" + sgrBold + "msucceeded with a denial"} {
+			if !strings.Contains(raw.String(), want) {
+				t.Errorf("no %q in %q", want, raw.String())
+			}
+		}
+	})
+	t.Run("Pipe", func(t *testing.T) {
+		// Through the events as sparkles prompt reads them: a denial made
+		// elsewhere, the agent's failed tool, the turn's success.
+		var out, errw bytes.Buffer
+		p := &promptRun{r: newRenderer(&out, &errw, false), errw: &errw, approvals: map[string]*sandbox.ApprovalRequested{a.ApprovalID: a}}
+		var done bool
+		var err error
+		for _, d := range []any{
+			tool(sandbox.ToolPending),
+			&sandbox.ApprovalResolved{ApprovalID: a.ApprovalID, Decision: sandbox.DecisionDenied, Reason: sandbox.ReasonUser},
+			tool(sandbox.ToolFailed),
+			&sandbox.TurnCompleted{Status: sandbox.TurnSucceeded, StopReason: sandbox.StopEndTurn},
+		} {
+			done, err = p.handle(client.Message{Kind: client.KindEvent, Event: sandbox.Event{Data: d}})
+		}
+		if !done || err != exitDenied {
+			t.Fatalf("handle = %v, %v; want done, exit %v", done, err, exitDenied)
+		}
+		want := "[edit] Write b.go: pending\napproval appr_1: denied (user)\n[edit] Write b.go: denied\nsparkles: turn succeeded with a denial\n"
+		if got := errw.String(); got != want {
+			t.Fatalf("stderr = %q, want %q", got, want)
+		}
+	})
+	if got, want := denialWords(2), "succeeded with 2 denials"; got != want {
+		t.Fatalf("denialWords(2) = %q, want %q", got, want)
 	}
 }

@@ -88,6 +88,13 @@ func TestOpenAPIConformance(t *testing.T) {
 	} else {
 		r.do(call{name: "agents", judge: A, method: "GET", path: "/v1/agents"})
 	}
+	var check struct {
+		Ready bool `json:"ready"`
+	}
+	if r.want(200, call{name: "check agent", judge: A, method: "GET", path: "/v1/agents/demo/check"}, &check); !check.Ready {
+		t.Error("GET /v1/agents/demo/check: the demo agent is not ready")
+	}
+	r.want(404, call{name: "check no agent", judge: A, method: "GET", path: "/v1/agents/nobody/check"}, nil)
 
 	// A sandbox of the demo agent, followed from its first event.
 	var sb created

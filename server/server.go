@@ -37,6 +37,7 @@ type Backend interface {
 	Head(id string) (sandbox.Head, error)
 	Wait(id string) <-chan struct{}
 	Agents(ctx context.Context) ([]coordinator.AgentInfo, error)
+	CheckAgent(ctx context.Context, name string) (coordinator.AgentCheck, error)
 	Files(ctx context.Context, id string) (*coordinator.Files, error)
 	Diff(ctx context.Context, id, turnID string, w io.Writer) error
 	Revert(ctx context.Context, id, turnID string) (sandbox.Sandbox, error)
@@ -218,6 +219,7 @@ func (s *Server) newRouter() *httprouter.Router {
 		{http.MethodGet, "/v1/sandboxes/:id/events", accessRead, s.eventsPage},
 		{http.MethodGet, "/v1/sandboxes/:id/events/stream", accessRead, s.stream},
 		{http.MethodGet, "/v1/agents", accessFull, s.listAgents},
+		{http.MethodGet, "/v1/agents/:name/check", accessFull, s.checkAgent},
 		{http.MethodGet, "/v1/openapi.json", accessFull, s.openAPI},
 	}
 	if s.cfg.Metrics != nil {

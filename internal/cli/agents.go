@@ -12,9 +12,10 @@ import (
 
 func newAgentsCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "agents",
-		Usage: "list the agents the server runs, and whether each can start there",
-		Flags: clientFlags(jsonFlag()),
+		Name:        "agents",
+		Usage:       "list the agents the server runs, and whether each can start there",
+		Flags:       clientFlags(jsonFlag()),
+		Subcommands: []*cli.Command{newAgentsCheckCommand()},
 		Action: func(c *cli.Context) error {
 			if _, err := positional(c, 0, 0); err != nil {
 				return err

@@ -23,6 +23,23 @@ type Resume struct {
 	Replayed int64
 }
 
+// Capabilities is what an agent said it can do in its answer to
+// initialize (ACP agentCapabilities): load a session, take images, audio
+// and embedded resources in a prompt, and reach MCP servers over HTTP or
+// SSE besides stdio.
+type Capabilities struct {
+	LoadSession                   bool
+	Image, Audio, EmbeddedContext bool
+	MCPHTTP, MCPSSE               bool
+}
+
+// Capabilities answers what the agent advertised at initialize.
+func (c *Conn) Capabilities() Capabilities {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.caps
+}
+
 // Resume tells whether the session is the one Config.Session asked for.
 func (c *Conn) Resume() Resume {
 	c.mu.Lock()
@@ -53,7 +70,16 @@ func (c *Conn) boot(ctx context.Context, dir, earlier string) error {
 		ProtocolVersion   json.Number     `json:"protocolVersion"`
 		AuthMethods       json.RawMessage `json:"authMethods"`
 		AgentCapabilities struct {
-			LoadSession bool `json:"loadSession"`
+			LoadSession        bool `json:"loadSession"`
+			PromptCapabilities struct {
+				Image           bool `json:"image"`
+				Audio           bool `json:"audio"`
+				EmbeddedContext bool `json:"embeddedContext"`
+			} `json:"promptCapabilities"`
+			MCPCapabilities struct {
+				HTTP bool `json:"http"`
+				SSE  bool `json:"sse"`
+			} `json:"mcpCapabilities"`
 		} `json:"agentCapabilities"`
 	}
 	if err := json.Unmarshal(res, &ir); err != nil {
@@ -69,6 +95,12 @@ func (c *Conn) boot(ctx context.Context, dir, earlier string) error {
 	c.mu.Lock()
 	c.auth = auth
 	c.resume = Resume{Asked: earlier, Supported: ir.AgentCapabilities.LoadSession}
+	ac := ir.AgentCapabilities
+	c.caps = Capabilities{
+		LoadSession: ac.LoadSession,
+		Image:       ac.PromptCapabilities.Image, Audio: ac.PromptCapabilities.Audio, EmbeddedContext: ac.PromptCapabilities.EmbeddedContext,
+		MCPHTTP: ac.MCPCapabilities.HTTP, MCPSSE: ac.MCPCapabilities.SSE,
+	}
 	c.mu.Unlock()
 	if earlier != "" && ir.AgentCapabilities.LoadSession {
 		loaded, err := c.load(ctx, dir, earlier)

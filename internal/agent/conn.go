@@ -150,6 +150,7 @@ type Conn struct {
 	asks       map[string]RequestID // agent requests handed to the caller and not answered yet
 	session    string
 	auth       []AuthMethod
+	caps       Capabilities // what initialize answered (boot.go)
 	err        error
 	loading    bool   // session/load is waiting for its answer: updates are its replay
 	resume     Resume // how the session came to be

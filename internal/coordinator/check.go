@@ -142,10 +142,7 @@ func (c *Coordinator) CheckAgent(ctx context.Context, name string) (AgentCheck, 
 		conn.Close()
 		<-conn.Done()
 	}()
-	caps := "loadSession no"
-	if conn.Resume().Supported {
-		caps = "loadSession yes"
-	}
+	caps := capsDetail(conn.Capabilities())
 	step(StepInitialize, true, fmt.Sprintf("protocol version %d; %s", agent.ProtocolVersion, caps))
 	step(StepAuth, true, authDetail(conn.AuthMethods())+"; the session opened, so it has what it needs")
 	step(StepSessionNew, true, "a session opened")
@@ -253,4 +250,16 @@ func authDetail(methods []agent.AuthMethod) string {
 		ids[i] = m.ID
 	}
 	return "offers " + strings.Join(ids, ", ")
+}
+
+// capsDetail says what an agent advertised at initialize.
+func capsDetail(c agent.Capabilities) string {
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	}
+	return fmt.Sprintf("loadSession %s; prompts with images %s, audio %s, embedded context %s; MCP over http %s, sse %s (stdio always)",
+		yes(c.LoadSession), yes(c.Image), yes(c.Audio), yes(c.EmbeddedContext), yes(c.MCPHTTP), yes(c.MCPSSE))
 }

@@ -20,7 +20,7 @@ const nodeAgent = `const rl = require("readline").createInterface({input: proces
 rl.on("line", (line) => {
   const m = JSON.parse(line);
   let result;
-  if (m.method === "initialize") result = {protocolVersion: 1, agentCapabilities: {loadSession: true}, authMethods: [{id: "node-login", name: "Log in"}]};
+  if (m.method === "initialize") result = {protocolVersion: 1, agentCapabilities: {loadSession: true, promptCapabilities: {image: true}, mcpCapabilities: {http: true}}, authMethods: [{id: "node-login", name: "Log in"}]};
   else if (m.method === "session/new") result = {sessionId: "n1"};
   else return;
   process.stdout.write(JSON.stringify({jsonrpc: "2.0", id: m.id, result}) + "\n");
@@ -114,7 +114,8 @@ func TestCheckAgent(t *testing.T) {
 		if !ch.Ready {
 			t.Fatalf("node check = %+v, want ready", ch)
 		}
-		if s := step(t, ch, coordinator.StepInitialize); !strings.Contains(s.Detail, "loadSession yes") {
+		if s := step(t, ch, coordinator.StepInitialize); !strings.Contains(s.Detail, "loadSession yes") ||
+			!strings.Contains(s.Detail, "images yes, audio no") || !strings.Contains(s.Detail, "http yes, sse no") {
 			t.Errorf("initialize step %+v, want loadSession", s)
 		}
 		if s := step(t, ch, coordinator.StepAuth); !s.OK || !strings.Contains(s.Detail, "node-login") {

@@ -58,7 +58,7 @@ func startCommand(cfg Config, dir, path string, env []string, stdin, stdout *os.
 		Stderr:    cfg.Stderr,
 		WaitDelay: grace, // bounds the copy of stderr held open by the agent's children
 	}
-	setProcessGroup(cmd)
+	SetProcessGroup(cmd)
 	release, err := func() {}, error(nil)
 	if cfg.Launcher != nil {
 		sandbox := cfg.Sandbox
@@ -76,7 +76,7 @@ func startCommand(cfg Config, dir, path string, env []string, stdin, stdout *os.
 	}
 	return &proc{
 		pid:  cmd.Process.Pid,
-		kill: func() { killGroup(cmd) },
+		kill: func() { KillGroup(cmd) },
 		wait: func() *ExitError {
 			err := cmd.Wait()
 			release()

@@ -4,11 +4,12 @@ package agent
 
 import "os/exec"
 
-// setProcessGroup has no process groups to use here; Close kills the agent
+// SetProcessGroup has no process groups to use here; KillGroup kills the
 // process alone.
-func setProcessGroup(cmd *exec.Cmd) {}
+func SetProcessGroup(cmd *exec.Cmd) {}
 
-func killGroup(cmd *exec.Cmd) {
+// KillGroup kills the process.
+func KillGroup(cmd *exec.Cmd) {
 	if cmd.Process != nil {
 		_ = cmd.Process.Kill()
 	}

@@ -7,15 +7,16 @@ import (
 	"syscall"
 )
 
-// setProcessGroup puts the agent in a process group of its own, so that
-// stopping it also stops whatever it spawned.
-func setProcessGroup(cmd *exec.Cmd) {
+// SetProcessGroup puts a process in a process group of its own, so that
+// stopping it also stops whatever it spawned (an agent's tools, git's
+// remote helpers).
+func SetProcessGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 }
 
-// killGroup kills the agent's whole process group. Errors are ignored: the
-// group may already be gone.
-func killGroup(cmd *exec.Cmd) {
+// KillGroup kills the whole process group of a process started with
+// SetProcessGroup. Errors are ignored: the group may already be gone.
+func KillGroup(cmd *exec.Cmd) {
 	if cmd.Process == nil || cmd.Process.Pid <= 0 {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/confine"
 )
 
@@ -173,10 +174,13 @@ func (r *run) git(ctx context.Context, args []string) (string, error) {
 	cmd.Env = r.env
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = waitDelay
-	setProcessGroup(cmd)
+	// An unconfined git gets a process group of its own, so that a timeout
+	// also ends the helpers it started (git-remote-https); the launcher
+	// replaces it with a session of its own, whose group is the same pid.
+	agent.SetProcessGroup(cmd)
 	// The launcher is its namespace's PID 1 and leads its own session:
 	// killing its group ends every git process under it.
-	cmd.Cancel = func() error { killGroup(cmd); return nil }
+	cmd.Cancel = func() error { agent.KillGroup(cmd); return nil }
 	release, err := r.start(cmd)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -41,7 +41,7 @@ type statCache struct {
 func statKey(st *unix.Stat_t) statKeyOf {
 	return statKeyOf{
 		Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(),
-		Ino: st.Ino, Dev: uint64(st.Dev), Size: st.Size, Mode: st.Mode,
+		Ino: st.Ino, Dev: uint64(st.Dev), Size: st.Size, Mode: uint32(st.Mode), // uint16 on darwin
 	}
 }
 

@@ -82,8 +82,9 @@ func etagOf(fi fs.FileInfo) string {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		binary.BigEndian.PutUint64(b[0:], uint64(st.Dev))
 		binary.BigEndian.PutUint64(b[8:], st.Ino)
-		binary.BigEndian.PutUint64(b[32:], uint64(st.Ctim.Sec))
-		binary.BigEndian.PutUint64(b[40:], uint64(st.Ctim.Nsec))
+		sec, nsec := ctime(st)
+		binary.BigEndian.PutUint64(b[32:], uint64(sec))
+		binary.BigEndian.PutUint64(b[40:], uint64(nsec))
 	}
 	sum := sha256.Sum256(b[:])
 	return `"` + hex.EncodeToString(sum[:16]) + `"`

@@ -1,0 +1,6 @@
+package workspace
+
+import "syscall"
+
+// ctime is a file's change time, which nobody can set back.
+func ctime(st *syscall.Stat_t) (sec, nsec int64) { return int64(st.Ctim.Sec), int64(st.Ctim.Nsec) }

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/confine"
+	"github.com/sparkles-dev/sparkles/internal/nobody"
 	"golang.org/x/sys/unix"
 )
 
@@ -358,7 +358,7 @@ func TestUnprivileged(t *testing.T) {
 		}
 		dir := filepath.Dir(hostile) // world-readable: made by TestMain
 		bin := filepath.Join(dir, "confine.test")
-		if err := copyFile(exe, bin); err != nil {
+		if err := nobody.CopyExe(exe, bin); err != nil {
 			t.Fatal(err)
 		}
 		work, err := os.MkdirTemp("/var/tmp", "confine-nobody-")
@@ -420,23 +420,6 @@ func TestUnprivileged(t *testing.T) {
 	checkSyscallProbes(t, r, secret)
 	// No cgroup for this user: the launcher's memory guard bounds memory.
 	t.Run("Memory", testMemoryLimit)
-}
-
-func copyFile(from, to string) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // TestSessionKeyring: the agent does not get the server's session keyring

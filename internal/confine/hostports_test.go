@@ -20,6 +20,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/sparkles-dev/sparkles/internal/loopback"
+	"github.com/sparkles-dev/sparkles/internal/nobody"
 )
 
 // dialVar makes the test binary a client that dials each address it names
@@ -167,7 +168,7 @@ func rerunAsNobody(t *testing.T, name string, env ...string) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(filepath.Dir(hostile), "confine-"+name+".test") // world-readable: made by TestMain
-	if err := copyFile(exe, bin); err != nil {
+	if err := nobody.CopyExe(exe, bin); err != nil {
 		t.Fatal(err)
 	}
 	work, err := os.MkdirTemp("/var/tmp", "confine-nobody-")

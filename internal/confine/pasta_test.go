@@ -25,6 +25,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/sparkles-dev/sparkles/internal/loopback"
+	"github.com/sparkles-dev/sparkles/internal/nobody"
 	"golang.org/x/sys/unix"
 )
 
@@ -248,7 +249,7 @@ func runInNetns(t *testing.T, ns, user, name string, env ...string) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(filepath.Dir(hostile), "confine-netns.test") // world-readable: made by TestMain
-	if err := copyFile(exe, bin); err != nil {
+	if err := nobody.CopyExe(exe, bin); err != nil {
 		t.Fatal(err)
 	}
 	work, err := os.MkdirTemp("/var/tmp", "confine-netns-")

@@ -2,12 +2,13 @@ package gitsource_test
 
 import (
 	"bytes"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/sparkles-dev/sparkles/internal/nobody"
 )
 
 // nobodyVar marks the run of the test binary as nobody.
@@ -40,7 +41,7 @@ func alsoAsNobody(t *testing.T, subtests string) {
 			t.Fatal(err)
 		}
 		bin := filepath.Join(dir, "gitsource.test")
-		if err := copyFile(exe, bin); err != nil {
+		if err := nobody.CopyExe(exe, bin); err != nil {
 			t.Fatal(err)
 		}
 		tun := filepath.Join(dir, "tun")
@@ -79,21 +80,4 @@ exec setpriv --reuid=65534 --regid=65534 --clear-groups "$@"`
 	cmd.Args = append([]string{"/bin/sh", "-c", sh, "sh", tun, cmd.Path}, cmd.Args[1:]...)
 	cmd.Path = "/bin/sh"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
-}
-
-func copyFile(from, to string) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -62,7 +62,7 @@ func Tests(t *testing.T, pattern string) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	bin := filepath.Join(dir, "test.bin")
-	if err := copyExe(exe, bin); err != nil {
+	if err := CopyExe(exe, bin); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chown(dir, uid, gid); err != nil {
@@ -78,7 +78,9 @@ func Tests(t *testing.T, pattern string) {
 	}
 }
 
-func copyExe(from, to string) error {
+// CopyExe copies the program at from to to, executable by anyone: a test
+// binary rerun as nobody must be where nobody can read it.
+func CopyExe(from, to string) error {
 	in, err := os.Open(from)
 	if err != nil {
 		return err

@@ -53,21 +53,7 @@ type driven struct {
 // clients streamed is the log byte for byte, and a restart finds nothing
 // left open. Mounting needs root, as CI runs; elsewhere it is skipped.
 func TestDiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: mounting a tmpfs as the data dir needs root (CI runs this as root)")
-	}
-	data := filepath.Join(t.TempDir(), "data")
-	if err := os.Mkdir(data, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, "size=8m,mode=0700"); err != nil {
-		t.Skipf("skipped: cannot mount a tmpfs as the data dir (%v); this test needs root with CAP_SYS_ADMIN", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(data, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", data, err)
-		}
-	})
+	data := tmpfsDataDir(t, "8m")
 	const token = "diskfull-token"
 	env := cliEnv(t)
 	// No reserve: this is the store's own outage, which the disk guard
@@ -240,4 +226,27 @@ func TestDiskFull(t *testing.T) {
 	if code := p.signal(syscall.SIGTERM); code != 0 {
 		t.Fatalf("serve exited with %d:\n%s", code, p.logTail())
 	}
+}
+
+// tmpfsDataDir mounts a tmpfs of size (mount's spelling: 8m) as a data
+// dir of its own, unmounted when the test ends: a disk that fills up
+// without filling the machine's. It needs root, which CI has.
+func tmpfsDataDir(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: mounting a tmpfs as the data dir needs root (CI runs this as root)")
+	}
+	data := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, "size="+size+",mode=0700"); err != nil {
+		t.Skipf("skipped: cannot mount a tmpfs as the data dir (%v); this test needs root with CAP_SYS_ADMIN", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(data, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", data, err)
+		}
+	})
+	return data
 }

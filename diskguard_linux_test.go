@@ -48,22 +48,8 @@ func wantDiskStop(t *testing.T, rec *recorder, turn, flag string) {
 //
 // Mounting needs root, as CI runs; elsewhere it is skipped.
 func TestDiskLimits(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: mounting a tmpfs as the data dir needs root (CI runs this as root)")
-	}
+	data := tmpfsDataDir(t, "128m")
 	hostile := buildHostileAgent(t)
-	data := filepath.Join(t.TempDir(), "data")
-	if err := os.Mkdir(data, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, "size=128m,mode=0700"); err != nil {
-		t.Skipf("skipped: cannot mount a tmpfs as the data dir (%v); this test needs root with CAP_SYS_ADMIN", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(data, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", data, err)
-		}
-	})
 	const token = "disklimits-token"
 	p := startServe(t, cliEnv(t), data, token, "--agent", "hostile="+hostile,
 		"--sandbox-disk-max", "16M", "--disk-reserve", "32M", "--flush-interval", "5ms")

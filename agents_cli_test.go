@@ -106,6 +106,13 @@ func TestAgentsFileErrors(t *testing.T) {
 	t.Run("AgentQuoting", func(t *testing.T) {
 		serveFails(t, "cannot split", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--agent", `x=agent "unterminated`)
 	})
+	t.Run("CommandLineNamesDataDir", func(t *testing.T) {
+		// An agent never reaches the data dir: a registration whose
+		// command line names it is refused at start, not at each boot.
+		data := t.TempDir()
+		serveFails(t, `agent "cat": the agent's command line names `+data+", which is in the data dir",
+			"--addr", "127.0.0.1:0", "--data-dir", data, "--agent", "cat=/bin/cat "+data)
+	})
 	t.Run("MaxAgents", func(t *testing.T) {
 		serveFails(t, "--max-agents 0: want at least 1", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--max-agents", "0")
 	})

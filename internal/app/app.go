@@ -332,6 +332,9 @@ func (m *Main) openLauncher() error {
 			field := map[string]string{"Network": "network", "ReadPaths": "read_paths", "WritePaths": "write_paths", "HostPorts": "host_ports"}[bad.Field]
 			return fmt.Errorf("agent %q: %s %s", name, field, bad.Msg)
 		}
+		if err := l.CheckCommandLine(a.Argv()); err != nil {
+			return fmt.Errorf("agent %q: %v", name, err)
+		}
 	}
 	m.Launcher, m.isolation = l, l.Isolation()
 	m.Logger.Info("agents are confined", append([]any{"isolation", m.isolation}, l.LogAttrs()...)...)

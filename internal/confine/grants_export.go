@@ -44,3 +44,12 @@ func (l *Launcher) Grants(argv []string) ([]string, error) {
 	}
 	return read, nil
 }
+
+// CheckCommandLine is the refusal Start would meet for argv's paths (a
+// path in the data dir, a directory holding a protected path), found
+// before any agent starts: serve refuses such a registration at start,
+// naming it, instead of failing each sandbox that uses it.
+func (l *Launcher) CheckCommandLine(argv []string) error {
+	_, _, err := argGrants(argv, l.data, l.protect)
+	return err
+}

@@ -8,3 +8,6 @@ import "errors"
 func (*Launcher) Grants([]string) ([]string, error) {
 	return nil, errors.New("agent confinement needs Linux")
 }
+
+// CheckCommandLine: nothing is refused where nothing is confined.
+func (*Launcher) CheckCommandLine([]string) error { return nil }

@@ -1,8 +1,6 @@
 package boltstore
 
 import (
-	"slices"
-
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -13,12 +11,8 @@ import (
 // approval's options) is shared, since a published state never changes.
 // A mutate, which may change anything, gets a State.Clone instead.
 func foldClone(s *sandbox.State) *sandbox.State {
-	// The whole struct first: a field the fold never touches (the agent's
-	// session) must survive every append, not only those with a mutate.
-	c := *s
-	c.Turn = s.Turn.Clone()
-	c.Messages = slices.Clone(s.Messages)
-	c.Tools = slices.Clone(s.Tools)
-	c.Approvals = slices.Clone(s.Approvals)
-	return &c
+	// The whole struct is copied there, so a field the fold never touches
+	// (the agent's session) survives every append, not only those with a
+	// mutate; the copy takes over the state's index of tools and parts.
+	return s.ShallowCloneForFold()
 }

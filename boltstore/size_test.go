@@ -142,7 +142,12 @@ func TestStateItems(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sparkles.db")
 	s := MustOpenStoreAt(t, path, Options{})
 	mustCreate(t, s, "c_1")
+	// Running tools: a state keeps every one of them (finished ones only
+	// down to the most recent).
 	evs := toolTurn("turn_1", 400)
+	for _, ev := range evs[1:] {
+		ev.Data.(*sandbox.ToolUpdated).Status = sandbox.ToolRunning
+	}
 	mustAppend(t, s, "c_1", evs[:200]...)
 	// An approval asked and resolved leaves an empty list, not null.
 	mustAppend(t, s, "c_1",

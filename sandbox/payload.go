@@ -317,4 +317,10 @@ type Snapshot struct {
 	LastEventID   Seq                 `json:"last_event_id"`
 	OldestEventID Seq                 `json:"oldest_event_id"`
 	PrunedThrough Seq                 `json:"pruned_through"`
+	// ToolsOmitted and MessagesOmitted count the tools and message parts
+	// of the turn that the snapshot leaves out to stay within
+	// SnapshotMaxBytes (State.Snapshot says which); the JSON events pages
+	// have them.
+	ToolsOmitted    int `json:"tools_omitted"`
+	MessagesOmitted int `json:"messages_omitted"`
 }

@@ -1,5 +1,11 @@
 package sandbox
 
+import (
+	"encoding/json"
+	"slices"
+	"sync/atomic"
+)
+
 // State is what a snapshot shows of one sandbox: the resource, the current or
 // last turn, the latest snapshot of each message part of that turn, its tool
 // states and the pending approvals. A store keeps it next to the log and
@@ -29,6 +35,94 @@ type State struct {
 	// the log. Private like AgentSession: Snapshot leaves them out.
 	LogBytes  uint64 `json:"log_bytes,omitempty"`
 	TurnBytes uint64 `json:"turn_bytes,omitempty"`
+
+	// ToolsOmitted counts the finished tools of the turn that the fold
+	// left out of Tools: a state keeps every tool still pending or running
+	// and the most recent finished ones (KeptFinishedTools, up to twice
+	// that between two trims), so that what a turn of any length costs to
+	// fold, clone, store and serve stays what a screen shows. The JSON
+	// events pages have every tool.updated.
+	ToolsOmitted int `json:"tools_omitted,omitempty"`
+
+	// idx finds a tool or a message part by id without a walk over the
+	// lists. It belongs to one State at a time (owner): a writer's clone
+	// takes it over from the state it copies (CloneForFold), anything else
+	// builds its own at its first Apply.
+	idx *stateIndex
+}
+
+// KeptFinishedTools is how many finished tools of a turn a state keeps at
+// least: a snapshot lists them (within SnapshotMaxBytes), the rest are
+// counted in tools_omitted.
+const KeptFinishedTools = 100
+
+// stateIndex maps ids to their place in a State's lists.
+type stateIndex struct {
+	owner    atomic.Pointer[State]
+	tools    map[string]int
+	parts    map[string]int
+	finished int // finished tools in Tools
+}
+
+// index returns the state's own index, building it when the state has
+// none: a state decoded from a store, or one whose index a clone took.
+func (s *State) index() *stateIndex {
+	if s.idx != nil && s.idx.owner.Load() == s {
+		return s.idx
+	}
+	x := &stateIndex{tools: make(map[string]int, len(s.Tools)), parts: make(map[string]int, len(s.Messages))}
+	for i, t := range s.Tools {
+		x.tools[t.ToolCallID] = i
+		if Finished(t.Status) {
+			x.finished++
+		}
+	}
+	for i, m := range s.Messages {
+		x.parts[m.PartID] = i
+	}
+	x.owner.Store(s)
+	s.idx = x
+	return x
+}
+
+// CloneForFold is Clone for a writer that will fold events into the copy
+// and publish it in place of s: the copy takes over s's index, so that
+// folding into it costs nothing per item it holds. s keeps working (a
+// later Apply to it builds a new index), which a writer that drops the
+// copy after a failed write relies on.
+func (s *State) CloneForFold() *State {
+	c := s.Clone()
+	c.takeIndex(s)
+	return c
+}
+
+// takeIndex makes s's index c's own, if s owns one: a clone copied the
+// lists in the same order, so every place stays right.
+func (c *State) takeIndex(s *State) {
+	c.idx = nil
+	if x := s.idx; x != nil && x.owner.CompareAndSwap(s, c) {
+		c.idx = x
+	}
+}
+
+// ShallowCloneForFold copies what the fold changes in place (the turn and
+// the lists) and shares what it only ever replaces (the sandbox's metadata
+// and current turn, a tool's locations, an approval's options), taking
+// over the index like CloneForFold. For a writer whose published states
+// never change.
+func (s *State) ShallowCloneForFold() *State {
+	c := *s
+	c.Turn = s.Turn.Clone()
+	c.Messages = slices.Clone(s.Messages)
+	c.Tools = slices.Clone(s.Tools)
+	c.Approvals = slices.Clone(s.Approvals)
+	c.takeIndex(s)
+	return &c
+}
+
+// Finished reports whether a tool status is final.
+func Finished(status string) bool {
+	return status == ToolCompleted || status == ToolFailed || status == ToolCanceled
 }
 
 // Appended counts an event of n bytes appended to the log (see LogBytes).
@@ -67,7 +161,8 @@ func (s *State) Apply(ev *Event) (turn *Turn, appr *Approval) {
 		if c := s.Sandbox.CurrentTurn; c != nil && c.ID == ev.TurnID {
 			t.CreatedAt = c.CreatedAt
 		}
-		s.Turn, s.Messages, s.Tools = t, nil, nil
+		s.Turn, s.Messages, s.Tools, s.ToolsOmitted = t, nil, nil, 0
+		s.idx = nil
 		cur := *t
 		s.Sandbox.CurrentTurn = &cur
 		return t, nil
@@ -88,13 +183,7 @@ func (s *State) Apply(ev *Event) (turn *Turn, appr *Approval) {
 			s.upsertPart(MessageUpdated{MessageID: d.MessageID, PartID: p.PartID, Index: p.Index, Kind: p.Kind, Text: p.Text})
 		}
 	case *ToolUpdated:
-		for i := range s.Tools {
-			if s.Tools[i].ToolCallID == d.ToolCallID {
-				s.Tools[i] = *d
-				return nil, nil
-			}
-		}
-		s.Tools = append(s.Tools, *d)
+		s.upsertTool(*d)
 	case *ApprovalRequested:
 		s.Approvals = append(s.Approvals, *d)
 		return nil, &Approval{ID: d.ApprovalID, Object: "approval", SandboxID: ev.SandboxID, TurnID: ev.TurnID, Status: ApprovalPending}
@@ -116,36 +205,121 @@ func (s *State) Apply(ev *Event) (turn *Turn, appr *Approval) {
 }
 
 func (s *State) upsertPart(p MessageUpdated) {
-	for i := range s.Messages {
-		if s.Messages[i].PartID == p.PartID {
-			s.Messages[i] = p
-			return
-		}
+	x := s.index()
+	if i, ok := x.parts[p.PartID]; ok {
+		s.Messages[i] = p
+		return
 	}
+	x.parts[p.PartID] = len(s.Messages)
 	s.Messages = append(s.Messages, p)
 }
 
-// Snapshot returns the data of a snapshot frame for this state.
+func (s *State) upsertTool(t ToolUpdated) {
+	x := s.index()
+	if i, ok := x.tools[t.ToolCallID]; ok {
+		if Finished(s.Tools[i].Status) {
+			x.finished--
+		}
+		s.Tools[i] = t
+	} else {
+		x.tools[t.ToolCallID] = len(s.Tools)
+		s.Tools = append(s.Tools, t)
+	}
+	if Finished(t.Status) {
+		x.finished++
+	}
+	if x.finished > 2*KeptFinishedTools {
+		s.trimTools()
+	}
+}
+
+// trimTools leaves out the oldest finished tools down to
+// KeptFinishedTools. It runs once every KeptFinishedTools finished tools
+// at most, so its walk costs each tool a constant share.
+func (s *State) trimTools() {
+	x := s.index()
+	drop := x.finished - KeptFinishedTools
+	kept := make([]ToolUpdated, 0, len(s.Tools)-drop)
+	for _, t := range s.Tools {
+		if drop > 0 && Finished(t.Status) {
+			drop--
+			s.ToolsOmitted++
+			delete(x.tools, t.ToolCallID)
+			continue
+		}
+		x.tools[t.ToolCallID] = len(kept)
+		kept = append(kept, t)
+	}
+	s.Tools = kept
+	x.finished = KeptFinishedTools
+}
+
+// SnapshotMaxBytes bounds the JSON of a snapshot's data, whatever the turn
+// did: a client that connects pays for what a screen shows, not for the
+// turn's history.
+const SnapshotMaxBytes = 1 << 20
+
+// Snapshot returns the data of a snapshot frame for this state, at most
+// SnapshotMaxBytes of JSON. The sandbox, the turn and the pending
+// approvals are always in it; then, while they fit, the tools still
+// pending or running, the turn's message parts and the finished tools, each
+// newest first. What does not fit is counted in tools_omitted and
+// messages_omitted, with the finished tools the state itself left out.
+// Each list keeps the order of the state.
 func (s *State) Snapshot() Snapshot {
 	snap := Snapshot{
 		Sandbox:       s.Sandbox,
 		Turn:          s.Turn,
-		Messages:      s.Messages,
-		Tools:         s.Tools,
 		Approvals:     s.Approvals,
 		LastEventID:   s.Sandbox.LastEventID,
 		OldestEventID: s.Sandbox.OldestEventID,
 		PrunedThrough: s.Sandbox.PrunedThrough,
+		ToolsOmitted:  s.ToolsOmitted,
 	}
 	// Lists are [] rather than null so clients can iterate without a check.
-	if snap.Messages == nil {
-		snap.Messages = []MessageUpdated{}
-	}
-	if snap.Tools == nil {
-		snap.Tools = []ToolUpdated{}
-	}
 	if snap.Approvals == nil {
 		snap.Approvals = []ApprovalRequested{}
+	}
+	head, _ := json.Marshal(snap)
+	room := SnapshotMaxBytes - len(head) - 64 // the two lists' numbers may grow
+	fits := func(v any) bool {
+		b, _ := json.Marshal(v)
+		if len(b)+1 > room {
+			return false
+		}
+		room -= len(b) + 1
+		return true
+	}
+	toolIn := make([]bool, len(s.Tools))
+	for i := len(s.Tools) - 1; i >= 0; i-- {
+		if !Finished(s.Tools[i].Status) {
+			toolIn[i] = fits(&s.Tools[i])
+		}
+	}
+	partIn := make([]bool, len(s.Messages))
+	for i := len(s.Messages) - 1; i >= 0; i-- {
+		partIn[i] = fits(&s.Messages[i])
+	}
+	for i := len(s.Tools) - 1; i >= 0; i-- {
+		if Finished(s.Tools[i].Status) {
+			toolIn[i] = fits(&s.Tools[i])
+		}
+	}
+	snap.Tools = make([]ToolUpdated, 0, len(s.Tools))
+	for i, in := range toolIn {
+		if in {
+			snap.Tools = append(snap.Tools, s.Tools[i])
+		} else {
+			snap.ToolsOmitted++
+		}
+	}
+	snap.Messages = make([]MessageUpdated, 0, len(s.Messages))
+	for i, in := range partIn {
+		if in {
+			snap.Messages = append(snap.Messages, s.Messages[i])
+		} else {
+			snap.MessagesOmitted++
+		}
 	}
 	return snap
 }

@@ -81,15 +81,16 @@ func (w *stalledWriter) snapshot(t *testing.T) []byte {
 	}
 }
 
-// appendTools appends a turn with n tool calls to sandbox id: a snapshot
-// of about n*size bytes.
+// appendTools appends a turn with n tool calls to sandbox id, all still
+// running: a snapshot of about n*size bytes (finished ones would be kept
+// down to the most recent).
 func (h *harness) appendTools(id string, n, size int) {
 	h.t.Helper()
 	evs := []*sandbox.Event{{Type: sandbox.TypeTurnStarted, TurnID: "turn_1", Data: &sandbox.TurnStarted{Input: sandbox.TextInput("go")}}}
 	title := strings.Repeat("t", size)
 	for i := range n {
 		evs = append(evs, &sandbox.Event{Type: sandbox.TypeToolUpdated, TurnID: "turn_1", Data: &sandbox.ToolUpdated{
-			ToolCallID: fmt.Sprintf("tool_%d", i), Title: title, Kind: "read", Status: "completed",
+			ToolCallID: fmt.Sprintf("tool_%d", i), Title: title, Kind: "read", Status: "running",
 		}})
 	}
 	if err := h.coord.AppendEvents(context.Background(), id, evs...); err != nil {

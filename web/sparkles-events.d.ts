@@ -199,6 +199,10 @@ export interface SnapshotData {
   last_event_id: EventID;
   oldest_event_id: EventID;
   pruned_through: EventID;
+  /** Tools of the turn left out to keep the snapshot within 1 MiB; the JSON events pages have them. */
+  tools_omitted: number;
+  /** Message parts of the turn left out likewise. */
+  messages_omitted: number;
 }
 
 export interface SandboxStatusData {

@@ -60,6 +60,19 @@ export function endDetail({ stop_reason, error, duration_ms } = {}) {
 // CLI's exit status 3 counts them: requests the user denied.
 export const denialWords = (n) => (n === 1 ? "succeeded with a denial" : `succeeded with ${n} denials`);
 
+// omittedWords says what a snapshot left out of a long turn ("" when
+// nothing): the JSON events pages have it.
+export function omittedWords(tools, parts) {
+  const say = [];
+  if (tools > 0) {
+    say.push(`${tools} earlier ${tools === 1 ? "tool" : "tools"}`);
+  }
+  if (parts > 0) {
+    say.push(`${parts} earlier message ${parts === 1 ? "part" : "parts"}`);
+  }
+  return say.length ? `${say.join(" and ")} not shown` : "";
+}
+
 // toolState is the state a tool card shows: a tool whose approval was
 // denied and that then ended without running was denied, not failed (the
 // agent reports it failed, or canceled).
@@ -90,6 +103,9 @@ class Turn {
       this.reasoningParts,
     );
     this.tools = h("ul", { class: "tools", "aria-label": "Tool calls", hidden: true });
+    // What the snapshot left out of a long turn: a count, not the tools
+    // (the JSON events pages have them).
+    this.omitted = h("p", { class: "omitted", hidden: true });
     this.decisions = h("ul", { class: "decisions", "aria-label": "Approvals", hidden: true });
     this.answerParts = h("div", { class: "parts" });
     this.answer = h("div", { class: "answer", hidden: true }, h("span", { class: "who", text: "Agent" }), this.answerParts);
@@ -102,6 +118,7 @@ class Turn {
       { class: "turn", "data-turn-id": id },
       this.prompt,
       this.reasoning,
+      this.omitted,
       this.tools,
       this.decisions,
       this.answer,
@@ -208,6 +225,13 @@ class Turn {
     );
     locs.hidden = locs.children.length === 0;
     this.tools.hidden = false;
+  }
+
+  // setOmitted shows how many tools and message parts of the turn the
+  // snapshot left out.
+  setOmitted(tools, parts) {
+    this.omitted.textContent = omittedWords(tools, parts);
+    this.omitted.hidden = this.omitted.textContent === "";
   }
 
   setTools(tools) {
@@ -515,6 +539,7 @@ export class Transcript {
       t.setStatus(st.status, { ...t.end, stop_reason: st.stop_reason, duration_ms: t.end.duration_ms ?? duration_ms });
       t.setParts(snap.messages ?? []);
       t.setTools(snap.tools ?? []);
+      t.setOmitted(snap.tools_omitted ?? 0, snap.messages_omitted ?? 0);
       for (const a of snap.approvals ?? []) {
         this.#addCard(t, a);
       }

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { denialWords, endDetail, toolState } from "./view.js";
+import { denialWords, endDetail, omittedWords, toolState } from "./view.js";
 
 test("endDetail: a cancel does not repeat the badge's word", () => {
   assert.deepEqual(endDetail({ stop_reason: "canceled", error: null, duration_ms: 2700 }), ["2.7 s"]);
@@ -37,4 +37,11 @@ test("toolState: a tool that ended after its approval was denied was denied, not
 test("denialWords: a success with denials reads as the CLI's summary does", () => {
   assert.equal(denialWords(1), "succeeded with a denial");
   assert.equal(denialWords(2), "succeeded with 2 denials");
+});
+
+test("omittedWords: what a snapshot left out of a long turn", () => {
+  assert.equal(omittedWords(0, 0), "");
+  assert.equal(omittedWords(1, 0), "1 earlier tool not shown");
+  assert.equal(omittedWords(99900, 2), "99900 earlier tools and 2 earlier message parts not shown");
+  assert.equal(omittedWords(0, 1), "1 earlier message part not shown");
 });

@@ -57,6 +57,7 @@ func Run(t *testing.T, open Opener) {
 		{"LogBytes", testLogBytes},
 		{"Drop", testDrop},
 		{"Concurrent", testConcurrent},
+		{"LongTurn", testLongTurn},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })
 	}

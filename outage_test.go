@@ -408,10 +408,13 @@ func TestServeNATSOutage(t *testing.T) {
 	// The stream broke with the connection to the store's server only if
 	// the server closed it; follow again from the last id either way.
 	rec.follow(p)
+	// The turn ends once: failed, if one of its writes was refused during
+	// the outage (the requests above are answered at once, so the agent
+	// may have had nothing to write meanwhile), else as it would have.
 	var d sandbox.TurnCompleted
 	mustDecode(t, rec.wait(turn.ID, sandbox.TypeTurnCompleted), &d)
-	if d.Status != sandbox.TurnFailed || d.Error == nil || d.Error.Code != sandbox.ErrInternal {
-		t.Fatalf("the turn of the outage ended %+v, want failed with internal", d)
+	if d.Status == sandbox.TurnFailed && (d.Error == nil || d.Error.Code != sandbox.ErrInternal) {
+		t.Fatalf("the turn of the outage ended %+v, want succeeded, or failed with internal", d)
 	}
 	var next sandbox.Turn
 	p.mustCall(http.MethodPost, "/v1/sandboxes/"+sb.ID+"/turns", map[string]any{"input": "hello"}, http.StatusAccepted, &next)

@@ -307,7 +307,7 @@ func TestServeNATSReadyz(t *testing.T) {
 	}
 	waitReady(http.StatusOK, "")
 	stop()
-	waitReady(http.StatusServiceUnavailable, "the NATS store cannot write")
+	waitReady(http.StatusServiceUnavailable, "not connected to NATS")
 	port, err := strconv.Atoi(natsURL[strings.LastIndexByte(natsURL, ':')+1:])
 	if err != nil {
 		t.Fatal(err)

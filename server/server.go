@@ -1,6 +1,6 @@
 // Package server is the HTTP side of Sparkles: routing, bearer auth, the
 // mapping of sandbox errors to statuses, the JSON pages and the SSE stream of
-// SPEC §5 and §6. It holds no state of its own beyond connections; every
+// docs/api.md and docs/stream.md. It holds no state of its own beyond connections; every
 // answer comes from a Backend (the coordinator).
 package server
 
@@ -135,6 +135,9 @@ type Server struct {
 	taken   sync.WaitGroup
 	takenMu sync.Mutex
 
+	readyMu  sync.Mutex
+	readyRun *readyRun // the Ready check in progress, shared by every /readyz that waits
+
 	snapshots snapshotCache // see sse.go
 	tails     tails         // see sse_tail.go
 	conns     *connLimiter  // see connlimit.go
@@ -261,12 +264,53 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 // otherwise, so an orchestrator stops sending traffic to a node that cannot.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	if s.cfg.Ready != nil {
-		if err := s.cfg.Ready(); err != nil {
+		if err := s.ready(r.Context()); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": err.Error(), "isolation": s.cfg.Isolation})
 			return
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "isolation": s.cfg.Isolation})
+}
+
+// readyTimeout bounds how long /readyz waits for the Ready check: an
+// orchestrator's probe gives up after a second, and a check stuck on a
+// store that does not answer is itself the answer.
+const readyTimeout = 800 * time.Millisecond
+
+// readyRun is one run of the Ready check; err is set when done closes.
+type readyRun struct {
+	done chan struct{}
+	err  error
+}
+
+// ready runs the Ready check, at most one at a time: a request that comes
+// while one runs waits for that one, so a check stuck on the store is
+// not run again by every probe. It answers within readyTimeout.
+func (s *Server) ready(ctx context.Context) error {
+	s.readyMu.Lock()
+	run := s.readyRun
+	if run == nil {
+		run = &readyRun{done: make(chan struct{})}
+		s.readyRun = run
+		go func() {
+			run.err = s.cfg.Ready()
+			s.readyMu.Lock()
+			s.readyRun = nil
+			s.readyMu.Unlock()
+			close(run.done)
+		}()
+	}
+	s.readyMu.Unlock()
+	t := time.NewTimer(readyTimeout)
+	defer t.Stop()
+	select {
+	case <-run.done:
+		return run.err
+	case <-t.C:
+		return fmt.Errorf("the readiness check did not finish within %s: the store does not answer; see the server log", readyTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // guard authenticates a request for its route and answers the handler's
@@ -305,7 +349,7 @@ func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	// The one answer whose status is not its type's: SPEC §5 has no type of
+	// The one answer whose status is not its type's: docs/errors.md has no type of
 	// its own for a wrong method.
 	writeJSON(w, http.StatusMethodNotAllowed, errorEnvelope{errorBody{Type: sandbox.EInvalidRequest, Message: fmt.Sprintf(
 		"method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, w.Header().Get("Allow"))}})

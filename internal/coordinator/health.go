@@ -69,13 +69,21 @@ func (c *Coordinator) noteWrite(id string, err error) {
 // unavailable error that says why. Every request that writes asks it
 // first, and /readyz asks it too.
 func (c *Coordinator) Writable() error {
+	// A store that knows its server is gone (natsstore) says so before
+	// any write of this node fails: a request is refused at once rather
+	// than after the store's timeout.
+	if r, ok := c.cfg.Store.(interface{ Unreachable() error }); ok {
+		if err := r.Unreachable(); err != nil {
+			return err
+		}
+	}
 	h := &c.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.err == nil {
 		return nil
 	}
-	return unavailableBecause(h.reason)
+	return unavailable(h.err)
 }
 
 // unavailable is the error of a request whose write the store refused.

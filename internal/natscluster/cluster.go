@@ -90,7 +90,8 @@ type Options struct {
 type Cluster struct {
 	nc          *nats.Conn
 	fences      *natsstore.Fences
-	timeout     time.Duration // of a request without a deadline of its own: the store's
+	store       *natsstore.Store // whose connection this speaks on: whether NATS answers
+	timeout     time.Duration    // of a request without a deadline of its own: the store's
 	nodes       jetstream.KeyValue
 	leases      jetstream.KeyValue
 	node        string
@@ -202,6 +203,7 @@ func Join(ctx context.Context, s *natsstore.Store, opts Options) (*Cluster, erro
 	}
 	c := &Cluster{
 		nc:          conn.NATS,
+		store:       s,
 		timeout:     conn.Timeout,
 		nodes:       nodes,
 		leases:      leases,
@@ -395,6 +397,12 @@ func (c *Cluster) leasesHold() bool {
 	return ok
 }
 
+// errLapsed is a claim while this node's leases have lapsed: it could not
+// renew them, NATS being unreachable (or the process paused), and holds
+// no sandbox until it registers again.
+var errLapsed = sandbox.Errorf(sandbox.EUnavailable,
+	"this node's leases have lapsed: NATS did not answer their renewals in time; it takes sandboxes again once NATS answers; try again shortly")
+
 // Ready reports whether this node's leases hold now: it is registered and
 // renewed them within the TTL, so it can run sandboxes. A node that lost
 // NATS stops being ready before another may take its sandboxes.
@@ -406,13 +414,17 @@ func (c *Cluster) Ready() error {
 }
 
 // Claim takes or looks up the lease of a sandbox. See cluster.Cluster.
-func (c *Cluster) Claim(ctx context.Context, id string) (cluster.Claim, error) {
+//
+// While NATS is known unreachable, or this node's leases lapsed (its
+// renewals got no answer), it fails at once as unavailable; a claim whose
+// requests get no answer fails as unavailable too.
+func (c *Cluster) Claim(ctx context.Context, id string) (_ cluster.Claim, err error) {
 	if !validID(id) {
 		return cluster.Claim{}, notFound(id)
 	}
 	inst, ok := c.held()
 	if !ok {
-		return cluster.Claim{}, errors.New("cluster: this node's leases have lapsed; it registers again shortly")
+		return cluster.Claim{}, errLapsed
 	}
 	c.mu.Lock()
 	_, mine := c.owned[id]
@@ -420,12 +432,24 @@ func (c *Cluster) Claim(ctx context.Context, id string) (cluster.Claim, error) {
 	if mine && c.fences.Holding(id) {
 		return cluster.Claim{Owner: c.node}, nil
 	}
+	if err := c.store.Unreachable(); err != nil {
+		return cluster.Claim{}, err
+	}
+	caller := ctx
 	ctx, cancel := opCtx(ctx, c.timeout)
 	defer cancel()
+	// Its reads are given up as soon as NATS is found unreachable, its
+	// writes a little later, as the store's are (see natsstore's reach.go).
+	rctx, cut := c.store.CutOff(ctx)
+	defer cut()
+	ctx, cutWrites := c.store.CutOffWrites(ctx)
+	defer cutWrites()
+	// rctx is cut off first, whichever request NATS left unanswered.
+	defer func() { err = c.store.Classify(caller, rctx, err) }()
 	mineNow := string(c.leaseValue(inst))
 	for attempt := 1; ; attempt++ {
 		var rev uint64
-		kve, err := c.leases.Get(ctx, id)
+		kve, err := c.leases.Get(rctx, id)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			rev, err = c.leases.Create(ctx, id, []byte(mineNow))
@@ -443,7 +467,7 @@ func (c *Cluster) Claim(ctx context.Context, id string) (cluster.Claim, error) {
 					c.own(inst, id, kve.Revision())
 					return cluster.Claim{Owner: c.node}, nil
 				}
-				live, lerr := c.isLive(ctx, rec.Node, rec.Instance)
+				live, lerr := c.isLive(rctx, rec.Node, rec.Instance)
 				if lerr != nil {
 					return cluster.Claim{}, lerr
 				}
@@ -526,7 +550,7 @@ func (c *Cluster) isLive(ctx context.Context, node, inst string) (bool, error) {
 }
 
 // Release deletes this node's lease of a sandbox, if it holds it.
-func (c *Cluster) Release(ctx context.Context, id string) error {
+func (c *Cluster) Release(ctx context.Context, id string) (err error) {
 	c.mu.Lock()
 	rev, ok := c.owned[id]
 	delete(c.owned, id)
@@ -535,9 +559,16 @@ func (c *Cluster) Release(ctx context.Context, id string) error {
 	if !ok {
 		return nil
 	}
+	if err := c.store.Unreachable(); err != nil {
+		return err
+	}
+	caller := ctx
 	ctx, cancel := opCtx(ctx, c.timeout)
 	defer cancel()
-	err := c.leases.Delete(ctx, id, jetstream.LastRevision(rev))
+	ctx, cut := c.store.CutOffWrites(ctx)
+	defer cut()
+	defer func() { err = c.store.Classify(caller, ctx, err) }()
+	err = c.leases.Delete(ctx, id, jetstream.LastRevision(rev))
 	if isConflict(err) {
 		return nil // taken over meanwhile: not ours to delete
 	}
@@ -559,6 +590,10 @@ func (c *Cluster) Close() error {
 	}
 	if rev == 0 {
 		return nil
+	}
+	if err := c.store.Unreachable(); err != nil {
+		// No use waiting for a timeout: the node key expires on its own.
+		return fmt.Errorf("cluster: leave: %w (this node's leases lapse on their own within the TTL)", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()

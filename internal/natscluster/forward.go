@@ -28,6 +28,11 @@ func (c *Cluster) Forward(ctx context.Context, node string, call cluster.Call) (
 	if err != nil {
 		return cluster.Reply{}, err
 	}
+	// A call sent while NATS is known unreachable would wait for its
+	// timeout; it was not sent, so the caller may answer unavailable.
+	if err := c.store.Unreachable(); err != nil {
+		return cluster.Reply{}, err
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.callTimeout)

@@ -132,7 +132,12 @@ func (c *changes) addMutated(st *sandbox.State) {
 // nothing written; after it, the append runs to the end (bounded by
 // Options.Timeout), because a caller who gave up must not leave events
 // behind that no state accounts for.
-func (s *Store) Append(ctx context.Context, id string, events []*sandbox.Event, mutate func(*sandbox.State) error) error {
+//
+// While NATS is known unreachable an append fails at once, with nothing
+// written, as unavailable; so does one in flight that has not published
+// yet when the outage is found, and one whose requests got no answer (or
+// were given up writeGrace after it), whose outcome is unknown.
+func (s *Store) Append(ctx context.Context, id string, events []*sandbox.Event, mutate func(*sandbox.State) error) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -144,6 +149,13 @@ func (s *Store) Append(ctx context.Context, id string, events []*sandbox.Event, 
 	if err != nil {
 		return err
 	}
+	if err := s.refuse(true); err != nil {
+		return err
+	}
+	// What comes before the first publish is given up when NATS is found
+	// unreachable; from the publish on, a little later (see reach.go).
+	ctx, done := s.begin(ctx, true)
+	defer func() { err = done(err) }()
 	e, err := s.lookup(ctx, id)
 	if err != nil {
 		return err
@@ -227,6 +239,8 @@ func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, muta
 
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
+	wctx, cut := s.cutOffWrites(wctx)
+	defer cut()
 	seqs, err := s.publishSure(wctx, id, batch, v, epoch)
 	if err != nil {
 		s.invalidate(e)

@@ -103,17 +103,38 @@ func (e *FencedError) Error() string {
 
 func (e *FencedError) Unwrap() error { return cluster.ErrFenced }
 
+// As lets a request answered with a fenced append say unavailable, not
+// internal: the sandbox's runtime moves (to another node, or back here
+// once this node's leases hold again), and the request asked again finds
+// it there.
+func (e *FencedError) As(target any) bool {
+	se, ok := target.(**sandbox.Error)
+	if ok {
+		*se = sandbox.Errorf(sandbox.EUnavailable, "this node no longer runs sandbox %s (its lease lapsed or moved); try again shortly", e.SandboxID)
+	}
+	return ok
+}
+
 // hold puts up this process's fence on the log of sandbox id and returns
 // its epoch. From its sequence on, appends of an earlier holder are
 // refused by the stream; the state is rewritten with the new owner, which
 // refuses that holder's key-value writes, after folding in whatever it
 // left beyond the state. A sandbox not created yet gets its owner from
 // Create. who is the fence's body, for people reading the stream.
-func (s *Store) hold(ctx context.Context, id string, who []byte) (uint64, error) {
+func (s *Store) hold(ctx context.Context, id string, who []byte) (_ uint64, err error) {
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
 	defer s.leave()
+	if err := s.refuse(true); err != nil {
+		return 0, err
+	}
+	// Its requests all write: they are given up a little after NATS is
+	// found unreachable (see reach.go).
+	caller := ctx
+	ctx, cut := s.cutOffWrites(ctx)
+	defer cut()
+	defer func() { err = s.classify(caller, ctx, err, true) }()
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
 	epoch, err := s.putFence(ctx, id, who)

@@ -27,7 +27,7 @@ const readBytes = 8 << 20
 // Create stores a new sandbox; an existing id is a conflict. The config
 // goes first: a sandbox exists once its state does, and then its config is
 // always there.
-func (s *Store) Create(ctx context.Context, sb sandbox.Sandbox, config []byte) error {
+func (s *Store) Create(ctx context.Context, sb sandbox.Sandbox, config []byte) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -38,10 +38,19 @@ func (s *Store) Create(ctx context.Context, sb sandbox.Sandbox, config []byte) e
 	if !validID(sb.ID) {
 		return sandbox.Errorf(sandbox.EInvalidRequest, "create sandbox: id %q has characters other than letters, digits, _ and -", sb.ID)
 	}
+	if err := s.refuse(true); err != nil {
+		return err
+	}
+	rctx, done := s.begin(ctx, true)
+	defer func() { err = done(err) }()
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
+	ctx, cut := s.cutOffWrites(ctx)
+	defer cut()
 	id := sb.ID
-	if _, err := s.kv.Get(ctx, stateKey(id)); err == nil {
+	// The look-up is given up as soon as NATS is found unreachable, the
+	// writes after it a little later (see reach.go).
+	if _, err := s.kv.Get(rctx, stateKey(id)); err == nil {
 		return sandbox.Errorf(sandbox.EConflict, "sandbox %s already exists", id)
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("create sandbox %s: %w", id, err)
@@ -76,7 +85,7 @@ func (s *Store) Create(ctx context.Context, sb sandbox.Sandbox, config []byte) e
 // process knows, and the page is bounded by its last id, so a reader never
 // sees an event that the state it was shown does not account for. One read
 // is one round trip to the server.
-func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error) {
+func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) (_ []sandbox.Record, err error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -84,6 +93,8 @@ func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([
 	if limit < 1 {
 		return nil, sandbox.Errorf(sandbox.EInvalidRequest, "read %s: limit must be at least 1, got %d", id, limit)
 	}
+	ctx, done := s.begin(ctx, false)
+	defer func() { err = done(err) }()
 	e, err := s.lookup(ctx, id)
 	if err != nil {
 		return nil, err
@@ -149,8 +160,9 @@ func (s *Store) Head(id string) (sandbox.Head, error) {
 		return sandbox.Head{}, err
 	}
 	defer s.leave()
-	e, err := s.lookup(context.Background(), id)
-	if err != nil {
+	ctx, done := s.begin(context.Background(), false)
+	e, err := s.lookup(ctx, id)
+	if err = done(err); err != nil {
 		return sandbox.Head{}, err
 	}
 	s.mu.Lock()
@@ -166,8 +178,9 @@ func (s *Store) Wait(id string) <-chan struct{} {
 		return closedChan
 	}
 	defer s.leave()
-	e, err := s.lookup(context.Background(), id)
-	if err != nil {
+	ctx, done := s.begin(context.Background(), false)
+	e, err := s.lookup(ctx, id)
+	if done(err) != nil {
 		return closedChan
 	}
 	s.mu.Lock()
@@ -185,11 +198,13 @@ func (s *Store) Wait(id string) <-chan struct{} {
 // unless this process holds the latest revision it knows of; either way
 // Head and Read afterwards are at least as new, so a snapshot followed by
 // a replay from its last_event_id has no gap.
-func (s *Store) State(ctx context.Context, id string) (sandbox.State, error) {
+func (s *Store) State(ctx context.Context, id string) (_ sandbox.State, err error) {
 	if err := s.enter(); err != nil {
 		return sandbox.State{}, err
 	}
 	defer s.leave()
+	ctx, done := s.begin(ctx, false)
+	defer func() { err = done(err) }()
 	e, err := s.lookup(ctx, id)
 	if err != nil {
 		return sandbox.State{}, err
@@ -208,11 +223,13 @@ func (s *Store) State(ctx context.Context, id string) (sandbox.State, error) {
 }
 
 // Sandbox returns the sandbox resource with its watermarks.
-func (s *Store) Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error) {
+func (s *Store) Sandbox(ctx context.Context, id string) (_ sandbox.Sandbox, err error) {
 	if err := s.enter(); err != nil {
 		return sandbox.Sandbox{}, err
 	}
 	defer s.leave()
+	ctx, done := s.begin(ctx, false)
+	defer func() { err = done(err) }()
 	e, err := s.lookup(ctx, id)
 	if err != nil {
 		return sandbox.Sandbox{}, err
@@ -247,7 +264,7 @@ func (s *Store) Sandboxes(ctx context.Context, after string, limit int) ([]sandb
 }
 
 // Config returns the private config given to Create.
-func (s *Store) Config(ctx context.Context, id string) ([]byte, error) {
+func (s *Store) Config(ctx context.Context, id string) (_ []byte, err error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -255,6 +272,8 @@ func (s *Store) Config(ctx context.Context, id string) ([]byte, error) {
 	if !validID(id) {
 		return nil, notFound(id)
 	}
+	ctx, done := s.begin(ctx, false)
+	defer func() { err = done(err) }()
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
 	if _, err := s.lookup(ctx, id); err != nil {
@@ -284,11 +303,13 @@ func (s *Store) Approval(ctx context.Context, sandboxID, approvalID string) (san
 	return a, err
 }
 
-func (s *Store) resource(ctx context.Context, sandboxID, id string, key func(string, string) string, kind string, v any) error {
+func (s *Store) resource(ctx context.Context, sandboxID, id string, key func(string, string) string, kind string, v any) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.leave()
+	ctx, done := s.begin(ctx, false)
+	defer func() { err = done(err) }()
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
 	if _, err := s.lookup(ctx, sandboxID); err != nil {

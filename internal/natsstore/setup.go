@@ -262,38 +262,3 @@ func noTTL(st jetstream.KeyValueStatus) error {
 	}
 	return nil
 }
-
-// healthTimeout bounds the requests of one Health check.
-const healthTimeout = 2 * time.Second
-
-// Health reports whether the store can write now: connected to NATS, and
-// the stream and the bucket answer with a leader. A JetStream cluster that
-// lost its quorum, or a server that went away, fails it.
-func (s *Store) Health(ctx context.Context) error {
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.leave()
-	if st := s.nc.Status(); st != nats.CONNECTED {
-		return fmt.Errorf("not connected to NATS (%s)", st)
-	}
-	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
-	defer cancel()
-	info, err := s.stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("stream %s does not answer: %w", s.streamName, err)
-	}
-	if info.Cluster != nil && info.Cluster.Leader == "" {
-		return fmt.Errorf("stream %s has no leader", s.streamName)
-	}
-	st, err := s.kv.Status(ctx)
-	if err != nil {
-		return fmt.Errorf("key-value bucket %s does not answer: %w", s.kv.Bucket(), err)
-	}
-	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-		if ci := bs.StreamInfo().Cluster; ci != nil && ci.Leader == "" {
-			return fmt.Errorf("key-value bucket %s has no leader", s.kv.Bucket())
-		}
-	}
-	return nil
-}

@@ -96,6 +96,7 @@ type Store struct {
 	timeout       time.Duration
 	startTimeout  time.Duration
 	observer      Observer
+	reach         *reach // whether NATS answers (reach.go)
 	// publish puts the events of one append on the wire: pipelined on a
 	// single server, as atomic batches on a replicated stream (publish.go).
 	publish func(ctx context.Context, id string, batch []prepared, last, fence uint64) ([]uint64, error)
@@ -233,6 +234,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		opts.Now = time.Now
 	}
 	log := opts.Logger
+	reach := newReach()
 	nopts := append([]nats.Option{
 		nats.Name("sparkles"),
 		nats.MaxReconnects(-1),
@@ -247,9 +249,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 			if err != nil {
 				log.Warn("natsstore: disconnected from NATS", "err", err)
 			}
+			reach.fail("not connected to NATS (reconnecting)")
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("natsstore: reconnected to NATS", "url", nc.ConnectedUrlRedacted())
+			reach.probeNow()
 		}),
 	}, opts.NATSOptions...)
 	nc, err := nats.Connect(url, nopts...)
@@ -269,6 +273,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		timeout:       opts.Timeout,
 		startTimeout:  opts.StartTimeout,
 		observer:      opts.Observer,
+		reach:         reach,
 		sandboxes:     make(map[string]*entry),
 		dropped:       make(map[string]uint64),
 		holds:         make(map[string]uint64),
@@ -345,10 +350,14 @@ initial:
 			return ctx.Err()
 		}
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		s.watchLoop(wctx)
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.probeLoop(wctx)
 	}()
 	return s.repairAll(ctx)
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -102,6 +103,29 @@ func (c *capped) counts() (total, unauth int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.total, l.unauth
+}
+
+// waitIdleLast waits until the server lists rc's connection as idle, the
+// one idle the shortest: net/http marks a connection idle after it wrote
+// the answer, which the client may read first, so the order of two
+// connections answered one after the other is the server's to settle.
+func (c *capped) waitIdleLast(t *testing.T, rc *rawClient) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		l := c.srv.conns
+		l.mu.Lock()
+		e := l.idleUnauth.Back()
+		last := e != nil && e.Value.(*trackedConn).RemoteAddr().String() == rc.c.LocalAddr().String()
+		l.mu.Unlock()
+		if last {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connection %s is not the last idle one", rc.c.LocalAddr())
+		}
+		runtime.Gosched()
+	}
 }
 
 // rawClient is a client connection that sends requests by hand, so a test
@@ -252,6 +276,7 @@ func TestConnCapsEvictOldestIdle(t *testing.T) {
 	for i := range idle {
 		idle[i] = dialRaw(t, s.addr)
 		idle[i].mustGet("/healthz", "", http.StatusOK)
+		s.waitIdleLast(t, idle[i])
 	}
 	if total, unauth := s.counts(); total != unauthCap+1 || unauth != unauthCap {
 		t.Fatalf("%d connections, %d without a token; want %d and %d", total, unauth, unauthCap+1, unauthCap)
@@ -263,6 +288,7 @@ func TestConnCapsEvictOldestIdle(t *testing.T) {
 		}
 	}
 	idle[3].mustGet("/healthz", "", http.StatusOK) // now idle the shortest
+	s.waitIdleLast(t, idle[3])
 	dialRaw(t, s.addr).mustGet("/healthz", "", http.StatusOK)
 	if !idle[4].closedByServer() {
 		t.Fatal("the connection idle longest stayed open")
@@ -273,7 +299,7 @@ func TestConnCapsEvictOldestIdle(t *testing.T) {
 
 // TestConnCapsRefuseWhenNoneIdle fills the global cap with streams, which
 // are never idle: the next connection is answered 503 unavailable in the
-// shape of SPEC §5 and closed; once a stream ends, connections are served
+// shape of docs/errors.md and closed; once a stream ends, connections are served
 // again.
 func TestConnCapsRefuseWhenNoneIdle(t *testing.T) {
 	const capAll = 3

@@ -23,7 +23,7 @@ import (
 	"github.com/sparkles-dev/sparkles/sparklestest"
 )
 
-// The exit statuses the README documents, as a script sees them.
+// The exit statuses docs/cli.md documents, as a script sees them.
 const (
 	exitTurnCanceled = 2
 	exitDenied       = 3

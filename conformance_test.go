@@ -515,7 +515,7 @@ func mustDecode(t *testing.T, f frame, data any) {
 	}
 }
 
-// checkInvariants checks SPEC §4 over a whole log: ids strictly increasing,
+// checkInvariants checks the rules of docs/events.md over a whole log: ids strictly increasing,
 // one turn.completed per turn and nothing of a turn after it, one
 // approval.resolved per request, at most one message.completed per turn.
 func checkInvariants(t *testing.T, log []sandbox.Event) {
@@ -698,7 +698,7 @@ func (r *recorder) summary() string {
 // wantSameAs checks that what the stream delivered, across restarts, is the
 // log: every logged event was streamed with the same bytes, no id came
 // twice, and what was streamed but is no longer logged is a message.updated
-// that retention compacted away (SPEC §7).
+// that retention compacted away (docs/retention.md).
 func (r *recorder) wantSameAs(log []sandbox.Event) {
 	r.t.Helper()
 	r.mu.Lock()

@@ -326,7 +326,7 @@ type crashStats struct {
 }
 
 // compacted reports whether an event missing from the log is one retention
-// may remove (SPEC §7): a message.updated of a finished turn superseded by a
+// may remove (docs/retention.md): a message.updated of a finished turn superseded by a
 // later one of the same part that the log still holds.
 func compacted(data []byte, id uint64, lastOfPart map[string]uint64, completed map[string]int) bool {
 	var ev sandbox.Event

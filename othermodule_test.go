@@ -10,7 +10,7 @@ import (
 )
 
 // TestClientFromAnotherModule builds and tests a module of its own that
-// depends on this one as the README says (a replace directive to a
+// depends on this one as docs/go-client.md says (a replace directive to a
 // checkout), using client and sparklestest as an application's tests
 // would.
 func TestClientFromAnotherModule(t *testing.T) {

@@ -14,47 +14,77 @@ import (
 	"time"
 )
 
-// readmeBlocks returns the ```sh blocks of the README section that starts
-// with the heading, in order.
-func readmeBlocks(t *testing.T, heading string) []string {
+// docBlocks returns the ```sh blocks of the section of a Markdown page
+// that starts with the heading (a whole line, such as "# Title"), in
+// order. The section ends at the next heading of its level or above; a
+// line inside a code block is never a heading (a shell comment is not).
+func docBlocks(t *testing.T, page, heading string) []string {
 	t.Helper()
-	b, err := os.ReadFile("README.md")
+	b, err := os.ReadFile(page)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(b)
-	start := strings.Index(readme, "\n"+heading+"\n")
-	if start < 0 {
-		t.Fatalf("README.md has no section %q", heading)
-	}
-	section := readme[start+len(heading)+2:]
-	if end := strings.Index(section, "\n## "); end >= 0 {
-		section = section[:end]
-	}
-	var blocks []string
-	for {
-		i := strings.Index(section, "```sh\n")
-		if i < 0 {
-			break
+	level := headingLevel(heading)
+	var (
+		blocks  []string
+		block   strings.Builder
+		section bool   // inside the heading's section
+		fence   string // the info string of the open code block, "" outside one
+		inBlock bool
+	)
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSuffix(line, "\n")
+		if inBlock {
+			if line == "```" {
+				if section && fence == "sh" {
+					blocks = append(blocks, block.String())
+				}
+				inBlock, fence = false, ""
+				block.Reset()
+				continue
+			}
+			block.WriteString(line + "\n")
+			continue
 		}
-		section = section[i+len("```sh\n"):]
-		j := strings.Index(section, "```\n")
-		if j < 0 {
-			t.Fatalf("README.md: a block of %q does not end", heading)
+		if info, ok := strings.CutPrefix(line, "```"); ok {
+			inBlock, fence = true, info
+			continue
 		}
-		blocks = append(blocks, section[:j])
-		section = section[j:]
+		if l := headingLevel(line); l > 0 {
+			if section && l <= level {
+				break
+			}
+			if line == heading {
+				section = true
+			}
+		}
+	}
+	if inBlock && section {
+		t.Fatalf("%s: a block of %q does not end", page, heading)
+	}
+	if !section {
+		t.Fatalf("%s has no section %q", page, heading)
 	}
 	if len(blocks) == 0 {
-		t.Fatalf("README.md: section %q has no sh block", heading)
+		t.Fatalf("%s: section %q has no sh block", page, heading)
 	}
 	return blocks
 }
 
-// walkThroughShims run around the README's commands, which are not
+// headingLevel is the level of a Markdown ATX heading line, 0 for any
+// other line.
+func headingLevel(line string) int {
+	n := len(line) - len(strings.TrimLeft(line, "#"))
+	if n == 0 || n > 6 || !strings.HasPrefix(line[n:], " ") {
+		return 0
+	}
+	return n
+}
+
+// walkThroughShims run around the docs' commands, which are not
 // changed. curl fails on an HTTP error status, as a person reading its
 // answer would notice, and says so in the failures file. A stream, which
-// the README runs in the background, becomes that job's process (so that
+// a page runs in the background, becomes that job's process (so that
 // kill ends it) and writes its frames to a file of its own for the test
 // to read. kill first waits, with a deadline, until the stream has shown
 // every event the log held when it was called: a person stops following
@@ -88,12 +118,12 @@ kill() {
 }
 `
 
-// TestREADMEWalkThrough pastes the README's curl walk-through, block after
-// block, into bash against a real sparkles serve on a data dir and a
-// loopback port of its own, with the token file where the README reads
+// TestDocsWalkThrough pastes the curl walk-through of docs/walkthrough.md,
+// block after block, into bash against a real sparkles serve on a data dir
+// and a loopback port of its own, with the token file where the page reads
 // it. It fails when a command fails.
-func TestREADMEWalkThrough(t *testing.T) {
-	out, streams := runREADMESection(t, "## A walk-through with curl")
+func TestDocsWalkThrough(t *testing.T) {
+	out, streams := runDocSection(t, "docs/walkthrough.md", "# A walk-through with curl")
 
 	m := regexp.MustCompile(`approval (appr_\w+), last event read (\d+)`).FindStringSubmatch(out)
 	if m == nil {
@@ -129,15 +159,15 @@ func TestREADMEWalkThrough(t *testing.T) {
 	}
 }
 
-// runREADMESection runs the sh blocks of a README section, as they
+// runDocSection runs the sh blocks of a section of a docs page, as they
 // stand and in order, in bash with walkThroughShims, against a real
 // `sparkles serve` on its embedded defaults (HOME a temporary one). It
 // answers what they printed and the directory of their streams.
-func runREADMESection(t *testing.T, heading string) (out, streams string) {
+func runDocSection(t *testing.T, page, heading string) (out, streams string) {
 	t.Helper()
 	if _, err := exec.LookPath("curl"); err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("curl is not installed; the README's walk-throughs need it")
+			t.Fatal("curl is not installed; the docs' walk-throughs need it")
 		}
 		t.Skip("curl is not installed")
 	}
@@ -148,7 +178,7 @@ func runREADMESection(t *testing.T, heading string) (out, streams string) {
 	p.waitServing()
 
 	streams = t.TempDir()
-	script := walkThroughShims + strings.Join(readmeBlocks(t, heading), "\n")
+	script := walkThroughShims + strings.Join(docBlocks(t, page, heading), "\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script)
@@ -163,7 +193,7 @@ func runREADMESection(t *testing.T, heading string) (out, streams string) {
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	failures, _ := os.ReadFile(filepath.Join(streams, "failures"))
 	if err != nil || len(failures) > 0 {
-		t.Fatalf("the README's %q failed (%v):\n%s\noutput:\n%s\nserver log:\n%s", heading, err, failures, buf.String(), p.logTail())
+		t.Fatalf("%s, %q failed (%v):\n%s\noutput:\n%s\nserver log:\n%s", page, heading, err, failures, buf.String(), p.logTail())
 	}
 	return buf.String(), streams
 }
@@ -173,11 +203,11 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-// TestREADMEWorkspace runs the README's workspace section as it stands:
-// an upload, a turn that writes a file, its changes and diff, the work
-// taken out, and a revert.
-func TestREADMEWorkspace(t *testing.T) {
-	o, _ := runREADMESection(t, "## The workspace: a codebase in, the work out")
+// TestDocsWorkspace runs the workspace section of docs/workspace.md as it
+// stands: an upload, a turn that writes a file, its changes and diff, the
+// work taken out, and a revert.
+func TestDocsWorkspace(t *testing.T) {
+	o, _ := runDocSection(t, "docs/workspace.md", "# The workspace: a codebase in, the work out")
 	for _, want := range []string{
 		`"changes":{"added":1,"modified":0,"deleted":0,"files":[{"path":"notes.txt","change":"added"}]`,
 		"+++ b/notes.txt\n", "+Written by the Sparkles demo agent.\n", // the diff

@@ -235,7 +235,7 @@ type frame struct {
 }
 
 // sseFrames reads SSE frames with a plain bufio reader, the way a minimal
-// client would: it trusts nothing beyond the framing of SPEC §6.
+// client would: it trusts nothing beyond the framing of docs/stream.md.
 type sseFrames struct {
 	r *bufio.Reader
 }

@@ -1,5 +1,5 @@
-// Package client is the Go client of the Sparkles HTTP API (SPEC §5) and its
-// resumable event stream reader (SPEC §6).
+// Package client is the Go client of the Sparkles HTTP API (docs/api.md) and its
+// resumable event stream reader (docs/stream.md).
 //
 // A Client has one typed method per endpoint; every error the server answers
 // is an *Error with the type of the contract (IsType, errors.Is with the

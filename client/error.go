@@ -14,7 +14,7 @@ import (
 )
 
 // Error is an error answer of the API: the HTTP status and the error object
-// of SPEC §5. Cursor errors (cursor_pruned, cursor_stale) also carry the
+// of docs/errors.md. Cursor errors (cursor_pruned, cursor_stale) also carry the
 // log's watermarks, so a reader can recover without another call.
 type Error struct {
 	Status  int
@@ -45,7 +45,7 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Type == e.Type && (t.Status == 0 || t.Status == e.Status)
 }
 
-// Sentinels of the error types of SPEC §5, for errors.Is.
+// Sentinels of the error types of docs/errors.md, for errors.Is.
 var (
 	ErrInvalidRequest       = &Error{Type: sandbox.EInvalidRequest}
 	ErrInvalidCursor        = &Error{Type: sandbox.EInvalidCursor}
@@ -109,7 +109,7 @@ func (c *Client) classify(err error) error {
 // and a proxy's HTML page needs no more than a glimpse.
 const maxErrorBody = 64 << 10
 
-// wireError is the error object of SPEC §5 with its optional watermarks.
+// wireError is the error object of docs/errors.md with its optional watermarks.
 type wireError struct {
 	Error struct {
 		Type          string      `json:"type"`

@@ -18,7 +18,7 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// The workspace API (SPEC §10): a sandbox's files, read and written one
+// The workspace API (docs/workspace.md): a sandbox's files, read and written one
 // by one or as a tar.gz, and what each turn changed. Every call needs the
 // server token; a stream token is refused with ErrForbidden.
 

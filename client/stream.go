@@ -445,7 +445,7 @@ func (s *Stream) deliver(m Message) error {
 	}
 }
 
-// catchUp answers a 410 as SPEC §6 describes: read the sandbox and the
+// catchUp answers a 410 as docs/stream.md describes: read the sandbox and the
 // JSON pages from the cursor and deliver what the stream missed. When
 // retention passed the cursor, the pages start from what is retained, and
 // what was pruned is reported as a Gap. nil means the stream can resume.

@@ -3,8 +3,8 @@
 // finished turns), compacts the superseded message.updated events of
 // finished turns out of its middle, and drops deleted sandboxes whole once
 // they have aged out. Pruning advances the log's pruned_through watermark,
-// the low-watermark signal readers check their cursors against (SPEC §6,
-// §7).
+// the low-watermark signal readers check their cursors against (docs/stream.md,
+// docs/retention.md).
 package retention
 
 import (

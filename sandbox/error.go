@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Error types of SPEC §5. The HTTP layer maps each to its status.
+// Error types of docs/errors.md. The HTTP layer maps each to its status.
 const (
 	EInvalidRequest       = "invalid_request"
 	EInvalidCursor        = "invalid_cursor"
@@ -39,7 +39,7 @@ const (
 // the server tells in its own words, are with the payloads.
 const ErrAgent = "agent_error"
 
-// Error is an error of the public vocabulary: a type of SPEC §5 and a message
+// Error is an error of the public vocabulary: a type of docs/errors.md and a message
 // written for the person who reads it. Cursor errors also carry the log's
 // watermarks so a client can recover.
 type Error struct {
@@ -76,7 +76,7 @@ func ErrorType(err error) string {
 // IsType reports whether err is an *Error of the given type.
 func IsType(err error, typ string) bool { return err != nil && ErrorType(err) == typ }
 
-// CheckCursor applies the cursor rules of SPEC §6 to a resume position after
+// CheckCursor applies the cursor rules of docs/stream.md to a resume position after
 // of the log of sandbox id: 0 is never refused; below pruned_through is
 // cursor_pruned; beyond the last id is cursor_stale. Both carry the marks.
 func (m Marks) CheckCursor(id string, after uint64) error {

@@ -12,7 +12,7 @@ import (
 // Type names an event type of the public contract.
 type Type string
 
-// The event types of SPEC §4.
+// The event types of docs/events.md.
 const (
 	TypeSnapshot          Type = "snapshot"
 	TypeSandboxStatus     Type = "sandbox.status"
@@ -25,7 +25,7 @@ const (
 	TypeApprovalResolved  Type = "approval.resolved"
 	TypeSandboxError      Type = "sandbox.error"
 	// TypeWorkspaceReverted records that the workspace was put back as
-	// it was when a turn started (SPEC §10).
+	// it was when a turn started (docs/workspace.md).
 	TypeWorkspaceReverted Type = "workspace.reverted"
 )
 
@@ -62,7 +62,7 @@ type Event struct {
 	Data      any
 }
 
-// MarshalJSON writes the envelope with its fields in the order of SPEC §3.
+// MarshalJSON writes the envelope with its fields in the order of docs/events.md.
 func (e Event) MarshalJSON() ([]byte, error) {
 	data, err := json.Marshal(e.Data)
 	if err != nil {

@@ -25,7 +25,7 @@ type Sandbox struct {
 	OldestEventID Seq               `json:"oldest_event_id"`
 	PrunedThrough Seq               `json:"pruned_through"`
 	// Source is where the workspace came from, when it came from
-	// somewhere (SPEC §10); its URL never holds a credential.
+	// somewhere (docs/workspace.md); its URL never holds a credential.
 	Source *Source `json:"source,omitempty"`
 }
 
@@ -72,7 +72,7 @@ type Approval struct {
 	OptionID  *string `json:"option_id"`
 }
 
-// Id prefixes of SPEC §3.
+// Id prefixes of docs/events.md.
 const (
 	PrefixSandbox  = "c_"
 	PrefixTurn     = "turn_"

@@ -10,7 +10,7 @@ import (
 )
 
 // TestResourceTimes: every timestamp of a resource has exactly three digits
-// of milliseconds, as the envelope's ts (SPEC §3), even when the time's own
+// of milliseconds, as the envelope's ts (docs/events.md), even when the time's own
 // fraction ends in zeros.
 func TestResourceTimes(t *testing.T) {
 	at := time.Date(2026, 12, 1, 10, 47, 33, 280_000_000, time.FixedZone("x", 3600))

@@ -21,7 +21,7 @@ type State struct {
 	// AgentSession is the agent's own ACP session id, which the coordinator
 	// keeps so that a later boot of the agent can load the conversation
 	// (session/load). It is private: Snapshot leaves it out, and no answer
-	// or event carries it (SPEC §2, §4). The stores keep it with the state
+	// or event carries it (docs/agents.md, docs/events.md). The stores keep it with the state
 	// because the state is what the coordinator already writes durably, in
 	// the same transaction as the status it goes with.
 	AgentSession string `json:"agent_session,omitempty"`

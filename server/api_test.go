@@ -485,7 +485,7 @@ func TestEventsPage(t *testing.T) {
 var badCursors = []string{"-1", "abc", "1.5", " 1", "1 ", "+1", "0x10", "1e3", "１", ""}
 
 // oversizedCursors are decimal integers beyond 64 bits: beyond the last id
-// of any log, so cursor_stale (SPEC §6), not invalid_cursor.
+// of any log, so cursor_stale (docs/stream.md), not invalid_cursor.
 var oversizedCursors = []string{"18446744073709551616", "99999999999999999999999", strings.Repeat("9", 400)}
 
 func checkMarks(t testing.TB, e apiError, oldest, pruned, last uint64) {

@@ -236,7 +236,7 @@ func (l *connLimiter) noteLocked() {
 	}
 }
 
-// refuse answers c 503 with a SPEC §5 error and closes it, without
+// refuse answers c 503 with an error of docs/errors.md and closes it, without
 // waiting: a few goroutines write the answers, and a connection that
 // comes while they are all busy is closed without one.
 func (l *connLimiter) refuse(c net.Conn, msg string) {

@@ -10,7 +10,7 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// statusOf maps an error type of SPEC §5 to its HTTP status. It is the one
+// statusOf maps an error type of docs/errors.md to its HTTP status. It is the one
 // place that does.
 func statusOf(typ string) int {
 	switch typ {

@@ -18,7 +18,7 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// The workspace routes (SPEC §10): a sandbox's files, its archive, and
+// The workspace routes (docs/workspace.md): a sandbox's files, its archive, and
 // what a turn changed. Full token only: a stream token reads events, not
 // files. Every path is relative to the workspace and resolved by
 // internal/workspace through one os.Root, so nothing here needs to

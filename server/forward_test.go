@@ -47,7 +47,7 @@ type seenRequest struct {
 
 // TestAtHolder: the workspace routes of a sandbox held by another node
 // are proxied to it as they came, and answered as it answers; every way
-// the proxy can fail answers 503 in SPEC §5 shape.
+// the proxy can fail answers 503 in the shape of docs/errors.md.
 func TestAtHolder(t *testing.T) {
 	st := bolttest.MustOpen(t)
 	co, err := coordinator.New(coordinator.Config{Store: st})

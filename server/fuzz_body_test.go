@@ -20,10 +20,10 @@ import (
 
 // The fuzz targets of this file POST arbitrary bytes as the JSON body of
 // each API request that takes one, through the real handler and the real
-// coordinator. Whatever the body, the answer is the success of SPEC §5 or
+// coordinator. Whatever the body, the answer is the success of docs/api.md or
 // one of its error shapes: never a 500, never a panic.
 
-// errorTypes are the error types of SPEC §5.
+// errorTypes are the error types of docs/errors.md.
 var errorTypes = map[string]bool{
 	sandbox.EInvalidRequest: true, sandbox.EInvalidCursor: true, sandbox.EUnauthorized: true,
 	sandbox.EForbidden: true, sandbox.ENotFound: true, sandbox.EConflict: true,
@@ -95,7 +95,7 @@ func newFuzzRig(f *testing.F, agents bool) *fuzzRig {
 }
 
 // post sends body with a JSON content type and checks the answer's shape:
-// success with the given status and object, or an error of SPEC §5.
+// success with the given status and object, or an error of docs/errors.md.
 func (r *fuzzRig) post(t *testing.T, path string, body []byte, okStatus int, object string) {
 	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+testToken)

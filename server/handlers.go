@@ -12,7 +12,7 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// Page sizes of SPEC §5.
+// Page sizes of docs/api.md.
 const (
 	defaultSandboxPage = 20
 	maxSandboxPage     = 100

@@ -118,7 +118,7 @@ func jsonKind(goKind string) string {
 // parseCursor parses an event cursor: a non-negative decimal integer,
 // digits only. Anything else is invalid_cursor. A number beyond 64 bits is
 // a well-formed cursor beyond every log's last id, so it reads as the
-// largest id and the log answers it cursor_stale (SPEC §6).
+// largest id and the log answers it cursor_stale (docs/stream.md).
 func parseCursor(s string) (uint64, error) {
 	if s == "" {
 		return 0, sandbox.Errorf(sandbox.EInvalidCursor, "cursor is empty; send a non-negative decimal event id")

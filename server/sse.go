@@ -27,7 +27,7 @@ import (
 // flushed one batch at a time, so the client's pace sets the replay's.
 const replayBatch = 256
 
-// stream answers GET /v1/sandboxes/{id}/events/stream (SPEC §6): a snapshot,
+// stream answers GET /v1/sandboxes/{id}/events/stream (docs/stream.md): a snapshot,
 // the replay after the cursor, then the live tail.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	id := ps.ByName("id")

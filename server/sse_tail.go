@@ -50,7 +50,7 @@ import (
 //
 // Events compacted away while in the tail may still be delivered from it:
 // compaction only drops superseded events, and replay from any cursor
-// ends in the same state either way (SPEC §7). A prune is honoured at the
+// ends in the same state either way (docs/retention.md). A prune is honoured at the
 // next refresh, which drops the tail's events up to the new
 // pruned_through, so a stream behind it reads the store and gets
 // cursor_pruned.

@@ -28,8 +28,8 @@ import (
 //     the name).
 //
 // A value that is both a credential and plain under a name that does not
-// say so ("correct-horse-battery" in PROXY_PHRASE) is not redacted: the
-// README tells operators to name such variables for what they hold, or to
+// say so ("correct-horse-battery" in PROXY_PHRASE) is not redacted: docs/security.md
+// tells operators to name such variables for what they hold, or to
 // give the value as a sandbox secret.
 func OperatorValues(env map[string]string) []string {
 	var out []string

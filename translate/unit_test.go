@@ -560,7 +560,7 @@ func TestFinalMessage(t *testing.T) {
 	}
 }
 
-// TestOneMessageCompletedPerTurn runs every scenario and checks SPEC's rule
+// TestOneMessageCompletedPerTurn runs every scenario and checks the rule of docs/events.md
 // on each turn: at most one message.completed, never with blank text, and
 // one whenever the turn showed text.
 func TestOneMessageCompletedPerTurn(t *testing.T) {

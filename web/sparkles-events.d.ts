@@ -1,8 +1,8 @@
 // Type declarations of sparkles-events.js, the fetch-based reader of a
 // Sparkles sandbox's event stream, for TypeScript in browsers and in Node
 // backends (Node 18 and later have fetch and ReadableStream). The event
-// types mirror the OpenAPI document (server/openapi.json): the envelope of
-// SPEC §3 and each type's data of SPEC §4. Answers and data may gain
+// types mirror the OpenAPI document (server/openapi.json): the envelope and
+// each type's data of docs/events.md. Answers and data may gain
 // fields within v1; these types name the ones a reader can rely on.
 
 /** A decimal event id: compare ids as integers (BigInt), not as strings. */
@@ -294,7 +294,7 @@ export class APIError extends Error {
   constructor(status: number, type: string, message: string, body?: APIErrorBody);
   readonly name: "APIError";
   status: number;
-  /** The error type of SPEC §5 (e.g. "cursor_pruned"), or "http_<status>". */
+  /** The error type of docs/errors.md (e.g. "cursor_pruned"), or "http_<status>". */
   type: string;
   body: APIErrorBody;
   /** Reads the error of a non-2xx response. */

@@ -68,7 +68,7 @@ func (e *AuthError) Error() string {
 	return "the agent refused to open a session and may lack credentials" + offers(e.Methods) + credentialsRemedy
 }
 
-const credentialsRemedy = "; give it its key in the sandbox's secrets, see the README"
+const credentialsRemedy = "; give it its key in the sandbox's secrets, see docs/agents.md"
 
 // NeedsCredentials is the sentence that tells people the agent wants
 // credentials, naming the methods it offered.

@@ -83,7 +83,7 @@ func TestAuthMethods(t *testing.T) {
 		if !errors.As(err, &ae) || len(ae.Methods) != 1 || ae.Err.Code != CodeAuthRequired {
 			t.Fatalf("err = %#v, want an *AuthError with the method offered", err)
 		}
-		if got, want := err.Error(), "the agent needs credentials (it offers: gemini-api-key); give it its key in the sandbox's secrets, see the README"; got != want {
+		if got, want := err.Error(), "the agent needs credentials (it offers: gemini-api-key); give it its key in the sandbox's secrets, see docs/agents.md"; got != want {
 			t.Fatalf("err %q, want %q", got, want)
 		}
 	})

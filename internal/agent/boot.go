@@ -50,7 +50,7 @@ func (c *Conn) Resume() Resume {
 }
 
 // SessionID is the agent's own id of the open session: the one to give as
-// Config.Session to a later boot. It is private to the caller (SPEC §2).
+// Config.Session to a later boot. It is private to the caller (docs/agents.md).
 func (c *Conn) SessionID() string { return c.sessionID() }
 
 // boot runs initialize, then session/load of the earlier session when there

@@ -32,7 +32,7 @@ type Adapter struct {
 	Setup func(modelURL, dir string) (env, secrets map[string]string, err error)
 
 	// Quirks are where the agent legitimately behaves differently from the
-	// others; each is written down in the README's adapter table.
+	// others; each is written down in the adapter table of docs/agents.md.
 	Quirks Quirks
 }
 

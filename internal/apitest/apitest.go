@@ -213,7 +213,7 @@ type Frame struct {
 }
 
 // CheckFrame validates a frame: its data against the frame schema the
-// stream's media type names, and its fields against SPEC §6: the event
+// stream's media type names, and its fields against docs/stream.md: the event
 // name is the type, a durable event's id line is its id, a transient one
 // has no id line at all.
 func (s *Spec) CheckFrame(f Frame) error {

@@ -14,7 +14,7 @@ import (
 // agentFlags are serve's flags about agents: which exist and how many run.
 func agentFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "agents-file", EnvVars: []string{"SPARKLES_AGENTS_FILE"}, Usage: "JSON file of agents: {\"agents\": {NAME: {command, args, env, pass_env}}} (see the README)"},
+		&cli.StringFlag{Name: "agents-file", EnvVars: []string{"SPARKLES_AGENTS_FILE"}, Usage: "JSON file of agents: {\"agents\": {NAME: {command, args, env, pass_env}}} (see docs/agents.md)"},
 		&cli.StringSliceFlag{Name: "agent", EnvVars: []string{"SPARKLES_AGENT"}, Usage: "register an ACP agent as NAME=COMMAND, split with shell quoting (repeatable; it replaces an agents-file entry of that name); the built-in demo agent is always there as \"demo\""},
 		&cli.DurationFlag{Name: "agent-idle-timeout", Value: coordinator.DefaultAgentIdleTimeout, EnvVars: []string{"SPARKLES_AGENT_IDLE_TIMEOUT"}, Usage: "stop an agent that has had no turn this long; the next turn starts it again (0: never)"},
 		&cli.IntFlag{Name: "max-agents", Value: coordinator.DefaultMaxAgents, EnvVars: []string{"SPARKLES_MAX_AGENTS"}, Usage: "agents running at once; beyond it the least recently used idle agent stops, or the turn waits"},

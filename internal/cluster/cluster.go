@@ -114,7 +114,7 @@ type Reply struct {
 }
 
 // ReplyError is an error of a forwarded call. Type is the public type of
-// SPEC §5, answered to the client as the holder would have; it is empty for
+// docs/errors.md, answered to the client as the holder would have; it is empty for
 // an internal failure, whose detail in Message is for the sender's log.
 type ReplyError struct {
 	Type    string `json:"type,omitempty"`

@@ -332,7 +332,7 @@ func (l *Launcher) maxProcs() uint64 {
 // privateEnv gives the agent its sandbox's home and temporary directory:
 // the server's HOME (the one the base environment passed on) becomes the
 // sandbox's, and TMPDIR is set unless the sandbox's env set one. A HOME the
-// sandbox's env chose is kept, as its env wins over the base (SPEC §9).
+// sandbox's env chose is kept, as its env wins over the base (docs/agents.md).
 func privateEnv(env []string, serverHome, home, tmp string) []string {
 	out := make([]string, 0, len(env)+2)
 	hasHome, hasTmp := false, false

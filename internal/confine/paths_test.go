@@ -75,7 +75,7 @@ func TestCleanPaths(t *testing.T) {
 
 // TestPrivateEnv: the server's HOME becomes the sandbox's, TMPDIR is the
 // sandbox's unless the sandbox's env chose one, and a HOME the sandbox's
-// env chose is kept (its env wins over the base, SPEC §9).
+// env chose is kept (its env wins over the base, docs/agents.md).
 func TestPrivateEnv(t *testing.T) {
 	got := privateEnv([]string{"PATH=/bin", "HOME=/home/op"}, "/home/op", "/s/home", "/s/tmp")
 	if want := []string{"PATH=/bin", "HOME=/s/home", "TMPDIR=/s/tmp"}; !slices.Equal(got, want) {

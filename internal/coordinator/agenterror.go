@@ -12,7 +12,7 @@ import (
 )
 
 const (
-	// maxAgentText bounds the agent's words in a sandbox.error (SPEC §4).
+	// maxAgentText bounds the agent's words in a sandbox.error (docs/errors.md).
 	maxAgentText = 500
 	// maxStatusDetail bounds a status_detail that carries some of them.
 	maxStatusDetail = 1000

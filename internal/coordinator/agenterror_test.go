@@ -148,7 +148,7 @@ func TestAgentError(t *testing.T) {
 		{"OKDataRepeatsMessage", map[string]any{"code": 1, "message": "quota exceeded", "data": "quota exceeded"},
 			"quota exceeded"},
 		{"OKAuthRequired", map[string]any{"code": -32000, "message": "Authentication required"},
-			"Authentication required; the agent needs credentials (it offers: claude-login); give it its key in the sandbox's secrets, see the README"},
+			"Authentication required; the agent needs credentials (it offers: claude-login); give it its key in the sandbox's secrets, see docs/agents.md"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &scriptAgent{
@@ -206,11 +206,11 @@ func TestAuthRequired(t *testing.T) {
 		want    string
 	}{
 		{"OK", gemini, map[string]any{"code": -32000, "message": "Gemini API key is missing or not configured."},
-			"the agent could not start: the agent needs credentials (it offers: oauth-personal, gemini-api-key); give it its key in the sandbox's secrets, see the README"},
+			"the agent could not start: the agent needs credentials (it offers: oauth-personal, gemini-api-key); give it its key in the sandbox's secrets, see docs/agents.md"},
 		{"OKNoMethods", nil, map[string]any{"code": -32000, "message": "Authentication required"},
-			"the agent could not start: the agent needs credentials; give it its key in the sandbox's secrets, see the README"},
+			"the agent could not start: the agent needs credentials; give it its key in the sandbox's secrets, see docs/agents.md"},
 		{"OKOtherRefusal", gemini, map[string]any{"code": -32603, "message": "Internal error"},
-			"the agent could not start: the agent refused to open a session and may lack credentials (it offers: oauth-personal, gemini-api-key); give it its key in the sandbox's secrets, see the README"},
+			"the agent could not start: the agent refused to open a session and may lack credentials (it offers: oauth-personal, gemini-api-key); give it its key in the sandbox's secrets, see docs/agents.md"},
 		{"OKPlainRefusal", nil, map[string]any{"code": -32603, "message": "Internal error"},
 			"the agent could not start: agent refused to open a session"},
 	} {

@@ -453,7 +453,7 @@ func (b *box) boot(forTurn bool) {
 // agentEnv is the whole environment of an agent: a minimal base from the
 // server's own (PATH, HOME, LANG), then the registry's env and pass_env,
 // then the sandbox's env, then its secrets; each later one wins over the
-// earlier (SPEC §9). Nothing else of the server's environment, such as its
+// earlier (docs/agents.md). Nothing else of the server's environment, such as its
 // token, reaches the agent.
 func agentEnv(reg registry.Agent, cfg config) []string {
 	env := map[string]string{}

@@ -38,7 +38,7 @@ type Config struct {
 	Store   sandbox.Store
 	DataDir string // sandbox working directories live under DataDir/sandboxes/<id>/work
 	// Agents maps agent names to what starts them: command, arguments
-	// and environment (the registry, SPEC §9). With no agents at all,
+	// and environment (the registry, docs/agents.md). With no agents at all,
 	// sandboxes have no runtime and go straight to ready (the event log
 	// alone, as embedded tests use it).
 	Agents registry.Registry

@@ -46,7 +46,7 @@ import (
 // looks an agent can write past a limit by what it writes in that time;
 // the reserve absorbs that.
 
-// diskFull is the sandbox.error code of a stop for a disk limit (SPEC §4).
+// diskFull is the sandbox.error code of a stop for a disk limit (docs/errors.md).
 const diskFull = sandbox.ErrDiskFull
 
 const (

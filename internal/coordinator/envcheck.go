@@ -17,7 +17,7 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // hookPrefixes and hookVars are the variables through which a value makes a
 // loader, a shell or an interpreter run code of the caller's choosing before
 // the agent's own: with them, API access to a sandbox would be the power to
-// run any file on the host. The README lists them.
+// run any file on the host. docs/security.md lists them.
 var (
 	hookPrefixes = []string{"LD_", "DYLD_", "BASH_FUNC_"}
 	hookVars     = []string{
@@ -41,7 +41,7 @@ func checkEnv(field string, m map[string]string) error {
 			return sandbox.Errorf(sandbox.EInvalidRequest, "%s[%q] holds a NUL byte", field, k)
 		}
 		if isHookVar(k) {
-			return sandbox.Errorf(sandbox.EInvalidRequest, "%s key %s is refused: it makes a loader or interpreter run code before the agent (see the README's Security section)", field, k)
+			return sandbox.Errorf(sandbox.EInvalidRequest, "%s key %s is refused: it makes a loader or interpreter run code before the agent (see docs/security.md)", field, k)
 		}
 	}
 	return nil

@@ -18,7 +18,7 @@ import (
 )
 
 // An agent's stderr is for the people who run it, and the contract keeps it
-// out of every public string (SPEC §4): a failed boot says in status_detail
+// out of every public string (docs/events.md): a failed boot says in status_detail
 // what happened and where the output is, the server's log gets its last
 // lines, and the full token reads the whole file through the API, redacted
 // like every string that leaves the server.

@@ -182,7 +182,7 @@ func (e *env) watch(id string) *logReader {
 	return r
 }
 
-// checkLog checks SPEC §4 over the whole log of id and returns it: ids
+// checkLog checks the rules of docs/events.md over the whole log of id and returns it: ids
 // strictly increasing; every turn starts before anything else of it, once,
 // never while another turn is open, and ends with exactly one
 // turn.completed after which nothing of it comes; every approval.requested

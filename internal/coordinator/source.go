@@ -16,7 +16,7 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// A workspace's source (SPEC §10): a git repository given at create is
+// A workspace's source (docs/workspace.md): a git repository given at create is
 // cloned into the workspace at the sandbox's first boot, before its
 // agent starts, by git run through the agents' launcher (confined like
 // the agent, its network open: internal/gitsource). The clone is tried

@@ -15,7 +15,7 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// The workspace of a sandbox (SPEC §10) is its work directory,
+// The workspace of a sandbox (docs/workspace.md) is its work directory,
 // <data-dir>/sandboxes/<id>/work: what the agent works in, and what a
 // client reads and writes through Files. What each turn changed is kept
 // in a private snapshot store beside it (<id>/snapshots, never in the

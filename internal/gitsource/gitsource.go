@@ -1,5 +1,5 @@
 // Package gitsource fills a sandbox's workspace from a git repository
-// before its agent boots (SPEC §10): git, found on the server's PATH, run
+// before its agent boots (docs/workspace.md): git, found on the server's PATH, run
 // through the agent's launcher, so that a hostile repository or server
 // meets the same confinement a hostile agent does, and the clone's files
 // are owned as the agent's own.

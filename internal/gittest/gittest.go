@@ -1,5 +1,5 @@
 // Package gittest serves git repositories over smart HTTP on 127.0.0.1,
-// for the tests of git sources (SPEC §10): git http-backend behind
+// for the tests of git sources (docs/workspace.md): git http-backend behind
 // net/http/cgi, as a forge serves them, with a private repository that
 // takes a token as GitHub does. git must be installed (.ci/run installs
 // it); a test fails without it rather than skip.

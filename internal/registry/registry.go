@@ -1,4 +1,4 @@
-// Package registry is the server's list of agents (SPEC §9): for each name a
+// Package registry is the server's list of agents (docs/agents.md): for each name a
 // sandbox may ask for, the command that runs it, its arguments and the
 // environment its processes get. It reads the agents file (`serve
 // --agents-file`, shaped as Zed's agent_servers settings) and the `--agent
@@ -28,8 +28,8 @@ type Agent struct {
 	Command string   `json:"command"`
 	Args    []string `json:"args,omitempty"`
 	// Env is set in the agent's processes. The operator writes it, so it
-	// may set what a sandbox's env may not (NODE_OPTIONS, LD_*…): see the
-	// README's precedence and security notes.
+	// may set what a sandbox's env may not (NODE_OPTIONS, LD_*…): see
+	// docs/agents.md (which value wins) and docs/security.md.
 	Env map[string]string `json:"env,omitempty"`
 	// PassEnv names variables of the server's own environment handed to
 	// the agent as they are (a key kept out of the file, a proxy setting).

@@ -9,7 +9,7 @@
 // a directory for a link between a check and a use gains nothing. Paths
 // are relative to the workspace, with forward slashes.
 //
-// Errors are *sandbox.Error values of SPEC §5 where they map:
+// Errors are *sandbox.Error values of docs/errors.md where they map:
 // invalid_request (a bad path, a path leading out, a refused archive
 // entry), not_found, forbidden (a mode the agent set), conflict (a directory that is not empty),
 // precondition_failed (a stale If-Match), payload_too_large (a limit,

@@ -109,11 +109,13 @@ func (c *Coordinator) CheckAgent(ctx context.Context, name string) (AgentCheck, 
 		return AgentCheck{}, errors.New("the check's agent log could not be created")
 	}
 	defer logf.Close()
+	env := agentEnv(reg, config{})
+	creds := credentialsDetail(env)
 	acfg := agent.Config{
 		Command: command,
 		Run:     builtin,
 		Dir:     work,
-		Env:     agentEnv(reg, config{}),
+		Env:     env,
 		Stderr:  logf,
 		Confinement: agent.Confinement{
 			Network: reg.Network, ReadPaths: reg.ReadPaths, WritePaths: reg.WritePaths, HostPorts: reg.HostPorts,
@@ -134,7 +136,7 @@ func (c *Coordinator) CheckAgent(ctx context.Context, name string) (AgentCheck, 
 		if bootCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
 			err = fmt.Errorf("the agent did not start a session within %s", c.cfg.BootTimeout)
 		}
-		c.checkFailed(&ch, step, err, builtin == nil)
+		c.checkFailed(&ch, step, err, builtin == nil, creds)
 		ch.Stderr = red(strings.TrimSpace(logf.Tail()))
 		return ch, nil
 	}
@@ -144,7 +146,7 @@ func (c *Coordinator) CheckAgent(ctx context.Context, name string) (AgentCheck, 
 	}()
 	caps := capsDetail(conn.Capabilities())
 	step(StepInitialize, true, fmt.Sprintf("protocol version %d; %s", agent.ProtocolVersion, caps))
-	step(StepAuth, true, authDetail(conn.AuthMethods())+"; the session opened, so it has what it needs")
+	step(StepAuth, true, authDetail(conn.AuthMethods())+"; "+creds+"; the session opened, so it has what it needs")
 	step(StepSessionNew, true, "a session opened")
 	step(StepReady, true, fmt.Sprintf("ready in %d ms", ch.DurationMS))
 	ch.Ready = true
@@ -208,14 +210,14 @@ func grantsDetail(read, regRead, regWrite []string) string {
 }
 
 // checkFailed reports at which step a boot failed, and what would mend it.
-func (c *Coordinator) checkFailed(ch *AgentCheck, step func(string, bool, string), err error, process bool) {
+func (c *Coordinator) checkFailed(ch *AgentCheck, step func(string, bool, string), err error, process bool, creds string) {
 	var stopped *agent.StoppedError
 	var exit *agent.ExitError
 	var auth *agent.AuthError
 	switch {
 	case errors.As(err, &auth):
 		step(StepInitialize, true, fmt.Sprintf("protocol version %d", agent.ProtocolVersion))
-		step(StepAuth, false, authDetail(auth.Methods))
+		step(StepAuth, false, authDetail(auth.Methods)+"; "+creds)
 		step(StepSessionNew, false, auth.Error())
 		ch.Fix = fixAuth
 	case errors.As(err, &stopped):
@@ -250,6 +252,36 @@ func authDetail(methods []agent.AuthMethod) string {
 		ids[i] = m.ID
 	}
 	return "offers " + strings.Join(ids, ", ")
+}
+
+// credentialSuffixes are how the variables that hold an agent's
+// credentials are named (ANTHROPIC_API_KEY, CLAUDE_CODE_OAUTH_TOKEN,
+// GEMINI_API_KEY, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, …).
+var credentialSuffixes = []string{"_API_KEY", "_KEY", "_TOKEN", "_SECRET", "_CREDENTIALS", "_SECRET_ACCESS_KEY"}
+
+// credentialsDetail says whether credentials look present in env, the
+// environment a sandbox's agent gets from the registry (its env and
+// pass_env) before any sandbox's secrets: the names only, never a value.
+// A login an agent keeps in files of its own is not seen here; the
+// session/new step tells.
+func credentialsDetail(env []string) string {
+	var names []string
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if v == "" {
+			continue
+		}
+		for _, suf := range credentialSuffixes {
+			if strings.HasSuffix(strings.ToUpper(k), suf) {
+				names = append(names, k)
+				break
+			}
+		}
+	}
+	if len(names) == 0 {
+		return "no credential in the environment the registry gives it (no *_API_KEY, *_TOKEN or *_KEY variable); a sandbox's secrets, or the registry's env or pass_env, give it one"
+	}
+	return "credentials in the environment the registry gives it: " + strings.Join(names, ", ")
 }
 
 // capsDetail says what an agent advertised at initialize.

@@ -63,7 +63,9 @@ func TestCheckAgent(t *testing.T) {
 		c.Agents["wrapper"] = registry.Agent{Command: wrapper}
 		c.Agents["boom"] = boom
 		c.Agents["missing"] = registry.Agent{Command: "sparkles-no-such-agent"}
-		c.Builtins = map[string]coordinator.BuiltinAgent{"keyless": auth.run}
+		c.Builtins = map[string]coordinator.BuiltinAgent{"keyless": auth.run, "wrongkey": auth.run}
+		// A key the agent refuses all the same: present, but not what it wants.
+		c.Agents["wrongkey"] = registry.Agent{Env: map[string]string{"GEMINI_API_KEY": "not-the-key-0123456789", "MODE": "x"}}
 		if node, err := exec.LookPath("node"); err == nil {
 			c.Agents["node"] = registry.Agent{Command: node, Args: []string{writeScript(t, dir, "agent.js", nodeAgent)}}
 		}
@@ -148,14 +150,24 @@ func TestCheckAgent(t *testing.T) {
 		if ch.Ready {
 			t.Fatal("an agent without its key is ready")
 		}
-		if s := step(t, ch, coordinator.StepAuth); s.OK || s.Detail != "offers gemini-api-key" {
-			t.Errorf("auth step %+v", s)
+		if s := step(t, ch, coordinator.StepAuth); s.OK || !strings.HasPrefix(s.Detail, "offers gemini-api-key; no credential in the environment") {
+			t.Errorf("auth step %+v, want the methods and no credential seen", s)
 		}
 		if s := step(t, ch, coordinator.StepSessionNew); s.OK || !strings.Contains(s.Detail, "needs credentials") {
 			t.Errorf("session/new step %+v", s)
 		}
 		if !strings.Contains(ch.Fix, "pass_env") {
 			t.Errorf("fix %q, want where its key goes", ch.Fix)
+		}
+	})
+	t.Run("CredentialsPresentButRefused", func(t *testing.T) {
+		ch := check("wrongkey")
+		s := step(t, ch, coordinator.StepAuth)
+		if ch.Ready || s.OK || !strings.Contains(s.Detail, "credentials in the environment the registry gives it: GEMINI_API_KEY") || strings.Contains(s.Detail, "MODE") {
+			t.Errorf("auth step %+v, want GEMINI_API_KEY named as present (and nothing else)", s)
+		}
+		if strings.Contains(s.Detail, "not-the-key") {
+			t.Errorf("auth step %+v shows the key's value", s)
 		}
 	})
 	t.Run("ErrNotFound", func(t *testing.T) {

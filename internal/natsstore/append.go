@@ -136,7 +136,11 @@ func (c *changes) addMutated(st *sandbox.State) {
 // While NATS is known unreachable an append fails at once, with nothing
 // written, as unavailable; so does one in flight that has not published
 // yet when the outage is found, and one whose requests got no answer (or
-// were given up writeGrace after it), whose outcome is unknown.
+// were given up writeGrace after it), whose outcome is unknown. The same
+// events appended again (the coordinator makes a refused write again, as
+// it was) are recognised where they landed: they get the ids they have,
+// are neither published nor folded twice, and mutate runs once more on a
+// state that holds them (see unsureAppend).
 func (s *Store) Append(ctx context.Context, id string, events []*sandbox.Event, mutate func(*sandbox.State) error) (err error) {
 	if err := s.enter(); err != nil {
 		return err
@@ -222,6 +226,13 @@ func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, muta
 	if err := check(v); err != nil {
 		return nil, err
 	}
+	// The leading events that an earlier try of this append left in the
+	// log are in v's state already: they keep their ids and are not
+	// published again.
+	known, landed, err := s.recognise(ctx, e, v, batch)
+	if err != nil {
+		return nil, err
+	}
 	work := v.st.Clone()
 	var ch changes
 	if mutate != nil {
@@ -241,19 +252,24 @@ func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, muta
 	defer cancel()
 	wctx, cut := s.cutOffWrites(wctx)
 	defer cut()
-	seqs, err := s.publishSure(wctx, id, batch, v, epoch)
+	rest := batch[len(known):]
+	sentAt := v.last()
+	published, err := s.publishSure(wctx, id, rest, v, epoch)
 	if err != nil {
 		s.invalidate(e)
+		if !errors.Is(err, errMoved) {
+			s.unsure(e, sentAt, batch, known)
+		}
 		return nil, err
 	}
 	tip := v.tip
-	if len(seqs) > 0 {
-		tip = seqs[len(seqs)-1]
+	if len(published) > 0 {
+		tip = published[len(published)-1]
 	}
-	for i, p := range batch {
-		work.Appended(p.ev.Type, servedLen(seqs[i], p.body))
+	for i, p := range rest {
+		work.Appended(p.ev.Type, servedLen(published[i], p.body))
 		ch.add(work.Apply(&sandbox.Event{
-			ID: seqs[i], Type: p.ev.Type, TS: foldTime(p.ev.TS),
+			ID: published[i], Type: p.ev.Type, TS: foldTime(p.ev.TS),
 			SandboxID: id, TurnID: p.ev.TurnID, Data: p.folded,
 		}))
 	}
@@ -263,10 +279,15 @@ func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, muta
 		if err == nil {
 			s.observe(id, work.Sandbox, work, v.owner, newRev)
 			s.setTip(e, newRev, tip, v.fence)
-			return seqs, nil
+			settled(e, known, landed, len(published) > 0)
+			return append(known, published...), nil
 		}
 		if !isConflict(err) || attempt == maxConflicts {
+			// The events are stored and no state accounts for them yet:
+			// the next load folds them in, and the same events appended
+			// again are recognised there.
 			s.invalidate(e)
+			s.unsure(e, sentAt, batch, known)
 			return nil, fmt.Errorf("append to %s: %w", id, err)
 		}
 		// Another process changed the state (not the log) since it was
@@ -274,8 +295,9 @@ func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, muta
 		// takeover.
 		s.log.Warn("natsstore: sandbox state changed by another process; folding again", "sandbox_id", id, "attempt", attempt)
 		Backoff(wctx, attempt)
-		if work, v, ch, err = s.refold(wctx, e, mutate, seqs, epoch); err != nil {
+		if work, v, ch, err = s.refold(wctx, e, mutate, published, epoch); err != nil {
 			s.invalidate(e)
+			s.unsure(e, sentAt, batch, known)
 			return nil, err
 		}
 		tip = max(tip, v.tip)

@@ -102,6 +102,12 @@ func (s *Store) attemptCtx(ctx context.Context) (context.Context, context.Cancel
 // one's, and a process holding no fence only where its state is current),
 // the rest are sent again. A refusal after an attempt without answer is
 // settled the same way, since that attempt may be what moved the log.
+//
+// After an attempt without answer, the first event of what is left goes
+// alone, and the others only once it is stored: on a single server only
+// the first event's expectation guards the log, and the others of an
+// attempt whose first was refused because an earlier one landed would
+// land a second time where no answer comes to take them back.
 func (s *Store) publishSure(ctx context.Context, id string, batch []prepared, v view, epoch uint64) ([]uint64, error) {
 	if len(batch) == 0 {
 		return nil, nil
@@ -110,11 +116,19 @@ func (s *Store) publishSure(ctx context.Context, id string, batch []prepared, v 
 	last, fence := v.last(), v.fence
 	unsure := false
 	for attempt := 1; ; attempt++ {
+		end := len(batch)
+		if unsure {
+			end = len(seqs) + 1
+		}
 		actx, cancel := s.attemptCtx(ctx)
-		got, err := s.hooks.publishing(func() ([]uint64, error) { return s.publish(actx, id, batch[len(seqs):], last, fence) })
+		got, err := s.hooks.publishing(func() ([]uint64, error) { return s.publish(actx, id, batch[len(seqs):end], last, fence) })
 		cancel()
 		if err == nil {
-			return append(seqs, got...), nil
+			if seqs = append(seqs, got...); len(seqs) == len(batch) {
+				return seqs, nil
+			}
+			last = got[len(got)-1]
+			continue
 		}
 		switch {
 		case isWrongLastSeq(err) && !unsure:
@@ -137,6 +151,10 @@ func (s *Store) publishSure(ctx context.Context, id string, batch []prepared, v 
 		}
 		if len(landed) > 0 {
 			last = landed[len(landed)-1]
+		}
+		if err := ctx.Err(); err != nil {
+			// Given up while the log was read back: nothing more is sent.
+			return nil, fmt.Errorf("append to %s: publish: its outcome is unknown (%w)", id, context.Cause(ctx))
 		}
 	}
 }
@@ -174,6 +192,101 @@ func (s *Store) settle(ctx context.Context, id string, batch []prepared, last, e
 		landed = append(landed, seq)
 	}
 	return landed, nil
+}
+
+// unsureAppend is an append given up with its outcome unknown (its publish
+// got no answer, or was given up writeGrace into an outage, or its events
+// were stored and its state was not): its events may be in the log, right
+// after last, where only they can land. The coordinator keeps such a write
+// and makes it again, the very same events; recognise finds them there so
+// that they are not stored twice (two turn.completed for one turn).
+type unsureAppend struct {
+	last   uint64   // the last sequence of the log and fence subject it expected
+	bodies [][]byte // its events as stored, in order
+}
+
+// unsure records, on e, that the append of batch, published after last,
+// has an unknown outcome. One that recognised events of an earlier one
+// (known) keeps that one's record, which covers them and, after them, the
+// rest it published. The caller holds e.wmu.
+func (s *Store) unsure(e *entry, last uint64, batch []prepared, known []uint64) {
+	if len(batch) == 0 || len(known) > 0 {
+		return
+	}
+	u := &unsureAppend{last: last, bodies: make([][]byte, len(batch))}
+	for i, p := range batch {
+		u.bodies[i] = p.body
+	}
+	e.unsure = u
+	s.log.Warn("natsstore: an append's outcome is unknown; the same events appended again are recognised in the log",
+		"sandbox_id", e.id, "events", len(batch), "after", last)
+}
+
+// recognise returns the sequences of the leading events of batch that the
+// append recorded on e as unsure left in the log, as v saw it, and how
+// many of that append's events the log holds (landed). Events are the same
+// when their stored bodies are, which carry their type, data and time
+// stamp: a batch that is not the unsure one again is recognised nowhere.
+// What it returns is folded in v's state already (loadForWrite folds what
+// the log holds beyond the state). The caller holds e.wmu.
+func (s *Store) recognise(ctx context.Context, e *entry, v view, batch []prepared) (known []uint64, landed int, err error) {
+	u := e.unsure
+	if u == nil || len(batch) == 0 || v.tip <= u.last {
+		return nil, 0, nil
+	}
+	msgs, err := s.getBatch(ctx, s.subject(e.id), u.last+1, len(u.bodies), 0, v.tip)
+	if err != nil {
+		return nil, 0, fmt.Errorf("append to %s: read back an append whose outcome was unknown: %w", e.id, err)
+	}
+	same := true // batch so far is the unsure append again
+	for i, msg := range msgs {
+		seq, err := msgSeq(msg)
+		if err != nil {
+			return nil, 0, err
+		}
+		if seq > v.tip || !bytes.Equal(msg.Data, u.bodies[i]) {
+			break
+		}
+		if seq > uint64(v.st.Sandbox.LastEventID) {
+			// Not folded into the state this append writes on: read it
+			// again, which folds it.
+			return nil, 0, fmt.Errorf("append to %s: %w", e.id, errMoved)
+		}
+		landed++
+		if same = same && i < len(batch) && bytes.Equal(batch[i].body, msg.Data); same {
+			known = append(known, seq)
+		}
+	}
+	if landed == 0 && len(msgs) > 0 {
+		// Another write follows last: the unsure one's first event, which
+		// expected last, never landed and never will.
+		e.unsure = nil
+	}
+	if len(known) < min(landed, len(batch)) {
+		return nil, landed, nil // another batch, or the same one only in part
+	}
+	if len(known) > 0 {
+		s.log.Info("natsstore: events of an append whose outcome was unknown are in the log; not publishing them again",
+			"sandbox_id", e.id, "events", len(known), "from", known[0])
+	}
+	return known, landed, nil
+}
+
+// settled updates the unsure append recorded on e after an append went
+// through that recognised known of its events, out of landed found in the
+// log, and published more (published) or not. The caller holds e.wmu.
+func settled(e *entry, known []uint64, landed int, published bool) {
+	switch {
+	case e.unsure == nil:
+	case len(known) > 0 && landed > len(known):
+		// The append was a first part of the unsure one: the rest may be
+		// appended again on its own.
+		e.unsure = &unsureAppend{last: known[len(known)-1], bodies: e.unsure.bodies[len(known):]}
+	case len(known) > 0, landed == 0 && published:
+		// Recognised, or nothing of it landed and the log has moved past
+		// what its first event expected.
+		e.unsure = nil
+	}
 }
 
 // publishPipelined is the single-server way (see the top of this file).

@@ -32,7 +32,8 @@ import (
 // while reconnecting and sends it once NATS is back, so an outage shorter
 // than that costs the write nothing. A write given up has an unknown
 // outcome, as one that timed out always had: it may still land (the
-// coordinator then finds its events beyond the state and folds them in).
+// coordinator then finds its events beyond the state and folds them in,
+// and the store recognises them when the same write is made again).
 
 const (
 	// probeInterval is how often the stream and the bucket are asked

@@ -193,6 +193,12 @@ type entry struct {
 	tip   uint64
 	fence uint64
 	tipOK bool
+
+	// unsure is this process's last append to the sandbox whose outcome
+	// is unknown, kept so that the same events appended again are
+	// recognised where they landed (see recognise); nil when there is
+	// none. Guarded by wmu, not Store.mu.
+	unsure *unsureAppend
 }
 
 func (e *entry) wake() {

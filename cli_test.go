@@ -200,6 +200,22 @@ func TestCLIPrompt(t *testing.T) {
 			t.Fatalf("reply printed %d times, want %d: %v", got, want, res)
 		}
 	})
+	t.Run("Plan", func(t *testing.T) {
+		// Through a pipe, each plan the agent sends is one line, as a tool's.
+		res := run(t, env, "prompt", "--approve-all", "write notes.txt, with a plan")
+		if res.code != 0 {
+			t.Fatalf("want exit 0, got %v", res)
+		}
+		for _, want := range []string{
+			"[plan] 0 of 3 done: ◐ Read notes.txt · ○ Write notes.txt · ○ Reply\n",
+			"[plan] 1 of 3 done: ✓ Read notes.txt · ◐ Write notes.txt · ○ Reply\n",
+			"[plan] 3 of 3 done: ✓ Read notes.txt · ✓ Write notes.txt · ✓ Reply\n",
+		} {
+			if !strings.Contains(res.stderr, want) {
+				t.Fatalf("no %q in %v", want, res)
+			}
+		}
+	})
 	t.Run("Failed", func(t *testing.T) {
 		res := run(t, env, "prompt", "crash")
 		if got, want := res.code, 1; got != want {

@@ -105,9 +105,9 @@ func TestOpenAPIConformance(t *testing.T) {
 	s1 := r.stream(call{name: "stream since 0", judge: A, path: sbPath + "/events/stream?since=0"})
 	s1.until(ctx, typeIs("snapshot"))
 
-	// 1. A plain turn: messages, tools, the final message.
+	// 1. A plain turn: messages, tools, a plan, the final message.
 	var turn idOnly
-	r.want(202, call{name: "turn", judge: A, method: "POST", path: sbPath + "/turns", body: jsonBody(map[string]string{"input": "hello"})}, &turn)
+	r.want(202, call{name: "turn", judge: A, method: "POST", path: sbPath + "/turns", body: jsonBody(map[string]string{"input": "hello, with a plan"})}, &turn)
 	s1.until(ctx, turnCompleted(turn.ID))
 	r.want(200, call{name: "get turn", judge: A, method: "GET", path: sbPath + "/turns/" + turn.ID}, nil)
 

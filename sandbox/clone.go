@@ -26,6 +26,9 @@ func (s *State) Clone() *State {
 	for i := range c.Approvals {
 		c.Approvals[i].Options = slices.Clone(c.Approvals[i].Options)
 	}
+	if s.Plan != nil {
+		c.Plan = &PlanUpdated{Entries: slices.Clone(s.Plan.Entries)}
+	}
 	return c
 }
 

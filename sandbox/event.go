@@ -27,13 +27,16 @@ const (
 	// TypeWorkspaceReverted records that the workspace was put back as
 	// it was when a turn started (docs/workspace.md).
 	TypeWorkspaceReverted Type = "workspace.reverted"
+	// TypePlanUpdated carries the agent's whole plan of the turn, which
+	// replaces the last one.
+	TypePlanUpdated Type = "plan.updated"
 )
 
 // DurableTypes are the types of the events written to the log.
 var DurableTypes = []Type{
 	TypeTurnStarted, TypeTurnCompleted, TypeMessageUpdated, TypeMessageCompleted,
 	TypeToolUpdated, TypeApprovalRequested, TypeApprovalResolved, TypeSandboxError,
-	TypeWorkspaceReverted,
+	TypeWorkspaceReverted, TypePlanUpdated,
 }
 
 // Durable reports whether events of this type are written to the log and
@@ -188,6 +191,8 @@ func DecodeData(typ Type, raw json.RawMessage) (any, error) {
 		v = new(SandboxError)
 	case TypeWorkspaceReverted:
 		v = new(WorkspaceReverted)
+	case TypePlanUpdated:
+		v = new(PlanUpdated)
 	default:
 		return append(json.RawMessage(nil), raw...), nil
 	}

@@ -92,6 +92,30 @@ const (
 	ToolCanceled  = "canceled"
 )
 
+// Plan entry statuses and priorities.
+const (
+	PlanPending    = "pending"
+	PlanInProgress = "in_progress"
+	PlanCompleted  = "completed"
+
+	PriorityHigh   = "high"
+	PriorityMedium = "medium"
+	PriorityLow    = "low"
+)
+
+// PlanEntry is one entry of an agent's plan.
+type PlanEntry struct {
+	Content  string `json:"content"`
+	Status   string `json:"status"`
+	Priority string `json:"priority"`
+}
+
+// PlanUpdated is the data of plan.updated: the agent's whole plan for the
+// turn, at most 100 entries of at most 500 characters each.
+type PlanUpdated struct {
+	Entries []PlanEntry `json:"entries"`
+}
+
 // Approval option kinds, decisions and reasons.
 const (
 	OptionAllowOnce    = "allow_once"
@@ -323,4 +347,6 @@ type Snapshot struct {
 	// have them.
 	ToolsOmitted    int `json:"tools_omitted"`
 	MessagesOmitted int `json:"messages_omitted"`
+	// Plan is the turn's last plan.updated data, null before one.
+	Plan *PlanUpdated `json:"plan"`
 }

@@ -17,6 +17,9 @@ type State struct {
 	Messages  []MessageUpdated    `json:"messages"`
 	Tools     []ToolUpdated       `json:"tools"`
 	Approvals []ApprovalRequested `json:"approvals"`
+	// Plan is the turn's last plan.updated data (nil before one): each
+	// replaces the last.
+	Plan *PlanUpdated `json:"plan,omitempty"`
 
 	// AgentSession is the agent's own ACP session id, which the coordinator
 	// keeps so that a later boot of the agent can load the conversation
@@ -161,7 +164,7 @@ func (s *State) Apply(ev *Event) (turn *Turn, appr *Approval) {
 		if c := s.Sandbox.CurrentTurn; c != nil && c.ID == ev.TurnID {
 			t.CreatedAt = c.CreatedAt
 		}
-		s.Turn, s.Messages, s.Tools, s.ToolsOmitted = t, nil, nil, 0
+		s.Turn, s.Messages, s.Tools, s.ToolsOmitted, s.Plan = t, nil, nil, 0, nil
 		s.idx = nil
 		cur := *t
 		s.Sandbox.CurrentTurn = &cur
@@ -184,6 +187,8 @@ func (s *State) Apply(ev *Event) (turn *Turn, appr *Approval) {
 		}
 	case *ToolUpdated:
 		s.upsertTool(*d)
+	case *PlanUpdated:
+		s.Plan = d
 	case *ApprovalRequested:
 		s.Approvals = append(s.Approvals, *d)
 		return nil, &Approval{ID: d.ApprovalID, Object: "approval", SandboxID: ev.SandboxID, TurnID: ev.TurnID, Status: ApprovalPending}
@@ -271,6 +276,7 @@ func (s *State) Snapshot() Snapshot {
 		Sandbox:       s.Sandbox,
 		Turn:          s.Turn,
 		Approvals:     s.Approvals,
+		Plan:          s.Plan,
 		LastEventID:   s.Sandbox.LastEventID,
 		OldestEventID: s.Sandbox.OldestEventID,
 		PrunedThrough: s.Sandbox.PrunedThrough,
@@ -346,6 +352,8 @@ func pointerData(d any) any {
 	case ApprovalRequested:
 		return &v
 	case ApprovalResolved:
+		return &v
+	case PlanUpdated:
 		return &v
 	}
 	return d

@@ -144,3 +144,26 @@ func TestSnapshotBound(t *testing.T) {
 		t.Fatalf("small snapshot %+v, want it whole with [] lists", s)
 	}
 }
+
+// TestStatePlan: the turn's last plan is the state's and its snapshot's;
+// a new turn starts without one.
+func TestStatePlan(t *testing.T) {
+	var st sandbox.State
+	st.Apply(&sandbox.Event{ID: 1, Type: sandbox.TypeTurnStarted, TurnID: "turn_1", Data: &sandbox.TurnStarted{}})
+	if snap := st.Snapshot(); snap.Plan != nil {
+		t.Fatalf("snapshot plan %+v before any, want null", snap.Plan)
+	}
+	for i, status := range []string{sandbox.PlanInProgress, sandbox.PlanCompleted} {
+		st.Apply(&sandbox.Event{ID: uint64(2 + i), Type: sandbox.TypePlanUpdated, TurnID: "turn_1",
+			Data: sandbox.PlanUpdated{Entries: []sandbox.PlanEntry{{Content: "Fix it", Status: status, Priority: sandbox.PriorityHigh}}}})
+	}
+	c := st.Clone()
+	st.Plan.Entries[0].Content = "changed"
+	if snap := c.Snapshot(); snap.Plan == nil || len(snap.Plan.Entries) != 1 || snap.Plan.Entries[0].Status != sandbox.PlanCompleted || snap.Plan.Entries[0].Content != "Fix it" {
+		t.Fatalf("snapshot plan %+v, want the last one, not shared with its clone", snap.Plan)
+	}
+	st.Apply(&sandbox.Event{ID: 4, Type: sandbox.TypeTurnStarted, TurnID: "turn_2", Data: &sandbox.TurnStarted{}})
+	if st.Plan != nil {
+		t.Fatalf("a new turn keeps the plan %+v", st.Plan)
+	}
+}

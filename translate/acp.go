@@ -24,6 +24,8 @@ type rawUpdate struct {
 	Kind          json.RawMessage `json:"kind"`
 	Status        json.RawMessage `json:"status"`
 	Locations     json.RawMessage `json:"locations"`
+	// plan: the whole list of entries.
+	Entries json.RawMessage `json:"entries"`
 	// usage_update: the context window's tokens in use and its size.
 	Used *int64 `json:"used"`
 	Size *int64 `json:"size"`

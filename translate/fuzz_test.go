@@ -52,7 +52,7 @@ t9
 p{"sessionId":"sess-secret-1","toolCall":{"toolCallId":"agent-secret-id-t1","title":"rm /srv/data/./sandboxes/c_1/work/."},"options":[{"optionId":"agent-secret-id-o1","name":"Allow file:///srv//data/sparkles.db","kind":"allow_once"}]}
 x//srv//data/sandboxes/c_1/work/a.go failed
 e2`,
-	`{"sessionId":"sess-secret-1","update":{"sessionUpdate":"plan","entries":[{"content":"zq-canary-7f3a9","priority":"high","status":"pending"}]}}
+	`{"sessionId":"sess-secret-1","update":{"sessionUpdate":"plan_update","entries":[{"content":"zq-canary-7f3a9","priority":"high","status":"pending"}]}}
 {"sessionId":"sess-secret-1","update":{"sessionUpdate":"brand_new","messageId":"agent-secret-id-m9"}}
 {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"image","data":"zq-canary-7f3a9"}}}
 xthe agent said zq-canary-7f3a9
@@ -154,7 +154,8 @@ func checkFuzzEvents(t *testing.T, evs []*sandbox.Event) {
 	for _, k := range strings.Fields(`input type text status stop_reason error code message duration_ms usage
 		input_tokens output_tokens total_tokens context_tokens context_window message_id part_id index kind parts tool_call_id title
 		locations path line approval_id options option_id label expires_at decision reason
-		changes added modified deleted files change truncated turn_id`) {
+		changes added modified deleted files change truncated turn_id
+		entries content priority`) {
 		allowed[k] = true
 	}
 	requested := map[string]int{}

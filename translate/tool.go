@@ -41,10 +41,12 @@ func (t *Translator) upsertTool(now time.Time, f toolFields, evs []*sandbox.Even
 				Status:     sandbox.ToolPending,
 				Locations:  []sandbox.Location{},
 			},
-			order: len(t.tools),
+			order: t.toolOrder,
 		}
+		t.toolOrder++
 		t.tools[f.agentID] = tl
 	}
+	was := sandbox.Finished(tl.state.Status)
 	next := tl.state
 	if f.title != nil {
 		next.Title = t.redactBounded(*f.title, maxTitleBytes)
@@ -64,7 +66,32 @@ func (t *Translator) upsertTool(now time.Time, f toolFields, evs []*sandbox.Even
 		return tl, evs
 	}
 	tl.state = next
-	return tl, append(evs, t.toolEvent(now, tl))
+	evs = append(evs, t.toolEvent(now, tl))
+	if !was && sandbox.Finished(next.Status) {
+		t.forgetFinished(f.agentID)
+	}
+	return tl, evs
+}
+
+// keptFinishedTools is how many finished tools of a turn the translator
+// remembers, so that what it holds does not grow with the turn (a turn of
+// 100,000 tool calls held 100 MiB of them). A later update of one it
+// forgot, which agents do not send, shows as a new tool.
+const keptFinishedTools = 1000
+
+// forgetFinished notes that the tool of agent id agentID finished, and
+// forgets the oldest finished tool past keptFinishedTools.
+func (t *Translator) forgetFinished(agentID string) {
+	t.finished = append(t.finished, agentID)
+	if len(t.finished) <= 2*keptFinishedTools {
+		return
+	}
+	for _, id := range t.finished[:keptFinishedTools] {
+		if tl := t.tools[id]; tl != nil && sandbox.Finished(tl.state.Status) {
+			delete(t.tools, id)
+		}
+	}
+	t.finished = slices.Clone(t.finished[keptFinishedTools:])
 }
 
 func (t *Translator) toolEvent(now time.Time, tl *tool) *sandbox.Event {

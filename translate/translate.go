@@ -22,6 +22,7 @@ const (
 	DropTruncated      = "truncated"
 	DropUnknownOption  = "unknown_option_kind"
 	DropNoOptions      = "permission_without_options"
+	DropPlanEntries    = "plan_entries_over_100"
 	DropUnknown        = "unknown"
 )
 
@@ -123,8 +124,17 @@ type Translator struct {
 	cur     *message
 	open    *part
 	tools   map[string]*tool // agent toolCallId -> tool
-	pending []*approval
-	context *contextUsage // the turn's last usage_update, nil before one
+	// finished are agent toolCallIds of tools that finished, oldest first,
+	// so the oldest can be forgotten (see keptFinishedTools); toolOrder
+	// numbers the tools in the order they were announced.
+	finished  []string
+	toolOrder int
+	pending   []*approval
+	context   *contextUsage // the turn's last usage_update, nil before one
+	// The turn's last plan.updated entries, so an unchanged plan is not
+	// sent again.
+	planSent bool
+	lastPlan []sandbox.PlanEntry
 
 	// Ids of approvals already resolved, so a second resolution is a
 	// conflict rather than not found.
@@ -164,9 +174,10 @@ func New(cfg Config) *Translator {
 func (t *Translator) resetTurn() {
 	t.turnID = ""
 	t.parts, t.byAgent, t.cur, t.open = nil, map[string]*message{}, nil, nil
-	t.tools = map[string]*tool{}
+	t.tools, t.finished, t.toolOrder = map[string]*tool{}, nil, 0
 	t.pending = nil
 	t.context = nil
+	t.planSent, t.lastPlan = false, nil
 }
 
 // contextUsage is what an agent said of its context window (usage_update).
@@ -214,8 +225,11 @@ func (t *Translator) Update(params json.RawMessage) []*sandbox.Event {
 		return t.chunk(now, sandbox.PartReasoning, n.Update)
 	case "tool_call", "tool_call_update":
 		return t.toolUpdate(now, n.Update)
-	case "plan", "plan_update", "plan_removed":
-		// Not forwarded, but it stands between chunks like a tool call.
+	case "plan":
+		return t.plan(now, n.Update)
+	case "plan_update", "plan_removed":
+		// Not ACP's: not forwarded, but it stands between chunks like a
+		// tool call.
 		t.drop(kind)
 		return t.closePart(now, nil)
 	case "usage_update":

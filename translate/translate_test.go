@@ -137,6 +137,28 @@ turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":nul
 `,
 	},
 	{
+		// A plan is curated field by field, redacted, path-rewritten and
+		// bounded; an unchanged one is not sent again; it closes the part.
+		name: "Plan",
+		script: "start turn_1 plan it\n" + chunk("Plan:") + `
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"plan","entries":[{"content":"Read /srv/data/sandboxes/c_1/work/src/a.go","priority":"high","status":"in_progress","_meta":{"m":"meta-canary"}},{"content":"Use the key hunter2-supersecret-value","priority":"bogus","status":"weird"},{"content":"` + strings.Repeat("é", 600) + `","priority":"low","status":"completed"}],"_meta":{"m":"meta-canary"}}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"plan","entries":[{"content":"Read /srv/data/sandboxes/c_1/work/src/a.go","priority":"high","status":"in_progress"},{"content":"Use the key hunter2-supersecret-value","priority":"bogus","status":"weird"},{"content":"` + strings.Repeat("é", 600) + `","priority":"low","status":"completed"}]}}
+` + chunk("go") + `
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"plan","entries":[]}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"plan","entries":"raw-canary"}}
+end end_turn
+`,
+		want: `
+turn.started turn_1 {"input":[{"type":"text","text":"plan it"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_1","index":0,"kind":"text","text":"Plan:"}
+plan.updated turn_1 {"entries":[{"content":"Read src/a.go","status":"in_progress","priority":"high"},{"content":"Use the key [REDACTED]","status":"pending","priority":"medium"},{"content":"` + strings.Repeat("é", 499) + `…","status":"completed","priority":"low"}]}
+message.updated turn_1 {"message_id":"msg_1","part_id":"part_2","index":1,"kind":"text","text":"go"}
+plan.updated turn_1 {"entries":[]}
+message.completed turn_1 {"message_id":"msg_1","parts":[{"part_id":"part_1","index":0,"kind":"text","text":"Plan:"},{"part_id":"part_2","index":1,"kind":"text","text":"go"}],"text":"Plan:\n\ngo"}
+turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":null,"duration_ms":0,"usage":null,"changes":null}
+`,
+	},
+	{
 		name: "PermissionForUnannouncedTool",
 		script: `
 start turn_1 deploy
@@ -175,7 +197,7 @@ turn.completed turn_1 {"status":"succeeded","stop_reason":"end_turn","error":nul
 	{
 		name: "UnknownAndIgnoredKinds",
 		script: "start turn_1 plan it\n" + chunk("Plan:") + `
-update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"plan","entries":[{"content":"raw-canary","priority":"high","status":"pending"}]}}
+update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"plan_update","entries":[{"content":"raw-canary","priority":"high","status":"pending"}]}}
 update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"available_commands_update","availableCommands":[{"name":"raw-canary","description":"x"}]}}
 update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"current_mode_update","currentModeId":"raw-canary"}}
 update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"usage_update","used":10,"size":100}}

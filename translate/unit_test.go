@@ -31,7 +31,7 @@ func TestStats(t *testing.T) {
 		{
 			name: "UnknownAndIgnoredKinds",
 			dropped: map[string]int{
-				"plan": 1, "available_commands_update": 1, "current_mode_update": 1, "usage_update": 1,
+				"plan_update": 1, "available_commands_update": 1, "current_mode_update": 1, "usage_update": 1,
 				"user_message_chunk": 1, "brand_new_kind": 1, DropNonTextContent: 1,
 			},
 			chunks: 3,
@@ -461,7 +461,8 @@ func TestNothingForwardedOutsideAllowList(t *testing.T) {
 	for _, k := range strings.Fields(`input type text status stop_reason error code message duration_ms usage
 		input_tokens output_tokens total_tokens context_tokens context_window message_id part_id index kind parts tool_call_id title
 		locations path line approval_id options option_id label expires_at decision reason
-		changes added modified deleted files change truncated turn_id`) {
+		changes added modified deleted files change truncated turn_id
+		entries content priority`) {
 		allowed[k] = true
 	}
 	for _, sc := range scenarios {
@@ -613,5 +614,52 @@ func TestChangesRedacted(t *testing.T) {
 	}
 	if p := done.Changes.Files[1].Path; p != "notes.txt" {
 		t.Fatalf("a plain path became %q", p)
+	}
+}
+
+// TestPlanBound: a plan of more than MaxPlanEntries entries is cut to
+// them, and the cut is counted.
+func TestPlanBound(t *testing.T) {
+	entries := make([]string, 150)
+	for i := range entries {
+		entries[i] = fmt.Sprintf(`{"content":"step %d","priority":"medium","status":"pending"}`, i)
+	}
+	c := &clock{t: epoch}
+	tr := newScripted(c, testSecret)
+	_, evs := play(t, tr, c, "start turn_1 plan it\n"+
+		`update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"plan","entries":[`+strings.Join(entries, ",")+`]}}`+"\nend end_turn\n")
+	var plan *sandbox.PlanUpdated
+	for _, ev := range evs {
+		if p, ok := ev.Data.(*sandbox.PlanUpdated); ok {
+			plan = p
+		}
+	}
+	if plan == nil || len(plan.Entries) != MaxPlanEntries || plan.Entries[99].Content != "step 99" {
+		t.Fatalf("plan = %+v, want its first %d entries", plan, MaxPlanEntries)
+	}
+	if n := tr.Stats().Dropped[DropPlanEntries]; n != 1 {
+		t.Fatalf("dropped[%s] = %d, want 1", DropPlanEntries, n)
+	}
+}
+
+// TestForgetsFinishedTools: what the translator holds of a turn does not
+// grow with its tools: it forgets the oldest finished ones, and still
+// settles the one left running at the end.
+func TestForgetsFinishedTools(t *testing.T) {
+	c := &clock{t: epoch}
+	tr := newScripted(c, testSecret)
+	var b strings.Builder
+	b.WriteString("start turn_1 go\n")
+	b.WriteString(`update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-run","title":"Run","kind":"execute","status":"in_progress"}}` + "\n")
+	for i := range 5000 {
+		fmt.Fprintf(&b, `update {"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-%d","title":"Read","kind":"read","status":"completed"}}`+"\n", i)
+	}
+	out, _ := play(t, tr, c, b.String())
+	if n := len(tr.tools); n > 2*keptFinishedTools+1 {
+		t.Fatalf("the translator holds %d tools after 5,001, want at most %d", n, 2*keptFinishedTools+1)
+	}
+	out, _ = play(t, tr, c, "end end_turn\n")
+	if len(out) < 2 || !strings.Contains(out[0], `"tool_call_id":"tool_1","title":"Run","kind":"execute","status":"completed"`) {
+		t.Fatalf("the end settled %q, want the running tool_1 completed first", out)
 	}
 }

@@ -422,6 +422,7 @@ const viewJS = `JSON.stringify([...document.querySelectorAll('#transcript .turn'
 	reasoning: [...t.querySelectorAll('.reasoning .part')].map(p => p.textContent),
 	answer: [...t.querySelectorAll('.answer .part')].map(p => p.textContent),
 	tools: [...t.querySelectorAll('.tool')].map(x => x.dataset.status + ' ' + x.querySelector('.tool-title').textContent),
+	plan: [...t.querySelectorAll('.plan-entry')].map(e => e.textContent),
 	approvals: [...document.querySelectorAll('#pending .approval')].filter(a => a.dataset.turnId === t.dataset.turnId).map(a => a.dataset.approvalId + ' ' + a.querySelector('.approval-title').textContent
 		+ ' ' + [...a.querySelectorAll('button')].map(b => b.textContent).join('/')),
 })))`

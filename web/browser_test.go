@@ -227,10 +227,13 @@ func TestBrowserReloadMidTurn(t *testing.T) {
 	s := startSparkles(t)
 	b.openSandbox(s, createSandbox(t, s))
 
-	// The turn waits on the approval: it stays open across the reload.
-	b.prompt("write notes.txt")
+	// The turn waits on the approval: it stays open across the reload,
+	// its plan with it (from the snapshot).
+	b.prompt("write notes.txt, with a plan")
 	b.do("the approval card", chromedp.WaitVisible(chromedp.CSS(".approval button.approve")))
 	b.until("the read tool's card", fmt.Sprintf(`%s.querySelectorAll('.tool').length === 2`, lastTurn))
+	b.untilJSON("the plan: read done, write in progress", `[...`+lastTurn+`.querySelectorAll('.plan-entry')].map(e => e.textContent)`,
+		`["✓Read notes.txt","◐Write notes.txt","○Reply"]`)
 	before := eval[string](b, viewJS)
 
 	b.do("reload", chromedp.Reload())
@@ -246,6 +249,8 @@ func TestBrowserReloadMidTurn(t *testing.T) {
 	b.do("deny in the page", chromedp.Click(chromedp.CSS(".approval button.deny")), chromedp.WaitNotPresent(chromedp.CSS(".approval")))
 	b.until("the answer says so", answerHas("You did not let me write notes.txt."))
 	b.until("the turn succeeds", turnStatus("succeeded"))
+	b.untilJSON("the plan is done", `[...`+lastTurn+`.querySelectorAll('.plan-entry')].map(e => e.textContent)`,
+		`["✓Read notes.txt","✓Write notes.txt","✓Reply"]`)
 	b.decisions("the denial is kept", "Denied|Write notes.txt|in this tab")
 	b.ended("succeeded with a denial")
 	denied := eval[string](b, viewJS)

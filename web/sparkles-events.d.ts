@@ -185,6 +185,22 @@ export interface WorkspaceRevertedData {
   turn_id: string;
 }
 
+export type PlanEntryStatus = "pending" | "in_progress" | "completed";
+export type PlanEntryPriority = "high" | "medium" | "low";
+
+export interface PlanEntry {
+  /** At most 500 characters, redacted, paths relative to the sandbox. */
+  content: string;
+  status: PlanEntryStatus;
+  priority: PlanEntryPriority;
+}
+
+/** The agent's whole plan for the turn: each replaces the last. */
+export interface PlanUpdatedData {
+  /** At most 100. */
+  entries: PlanEntry[];
+}
+
 export interface SandboxErrorData {
   code: SandboxErrorCode;
   message: string;
@@ -203,6 +219,8 @@ export interface SnapshotData {
   tools_omitted: number;
   /** Message parts of the turn left out likewise. */
   messages_omitted: number;
+  /** The turn's last plan.updated data; null before one. */
+  plan: PlanUpdatedData | null;
 }
 
 export interface SandboxStatusData {
@@ -233,6 +251,7 @@ export type ApprovalResolvedEvent = Envelope<"approval.resolved", ApprovalResolv
 export type SandboxErrorEvent = Envelope<"sandbox.error", SandboxErrorData, EventID>;
 /** Belongs to no turn: turn_id is null. */
 export type WorkspaceRevertedEvent = Envelope<"workspace.reverted", WorkspaceRevertedData, EventID>;
+export type PlanUpdatedEvent = Envelope<"plan.updated", PlanUpdatedData, EventID>;
 export type SnapshotEvent = Envelope<"snapshot", SnapshotData, null>;
 export type SandboxStatusEvent = Envelope<"sandbox.status", SandboxStatusData, null>;
 
@@ -246,7 +265,8 @@ export type DurableEvent =
   | ApprovalRequestedEvent
   | ApprovalResolvedEvent
   | SandboxErrorEvent
-  | WorkspaceRevertedEvent;
+  | WorkspaceRevertedEvent
+  | PlanUpdatedEvent;
 
 /** Any frame of the stream. */
 export type SandboxEvent = DurableEvent | SnapshotEvent | SandboxStatusEvent;

@@ -188,7 +188,7 @@ func realEventsFixture(t *testing.T) string {
 	var turn struct {
 		ID string `json:"id"`
 	}
-	if err := json.Unmarshal(call(http.MethodPost, "/v1/sandboxes/"+sb.ID+"/turns", `{"input":"please write notes.txt"}`), &turn); err != nil {
+	if err := json.Unmarshal(call(http.MethodPost, "/v1/sandboxes/"+sb.ID+"/turns", `{"input":"please write notes.txt, with a plan"}`), &turn); err != nil {
 		t.Fatal(err)
 	}
 	appr := next("approval.requested")["data"].(map[string]any)["approval_id"].(string)

@@ -60,6 +60,9 @@ export function endDetail({ stop_reason, error, duration_ms } = {}) {
 // CLI's exit status 3 counts them: requests the user denied.
 export const denialWords = (n) => (n === 1 ? "succeeded with a denial" : `succeeded with ${n} denials`);
 
+// planMark is the mark of a plan entry's status: to do, doing, done.
+export const planMark = (status) => ({ in_progress: "◐", completed: "✓" })[status] ?? "○";
+
 // omittedWords says what a snapshot left out of a long turn ("" when
 // nothing): the JSON events pages have it.
 export function omittedWords(tools, parts) {
@@ -103,6 +106,7 @@ class Turn {
       this.reasoningParts,
     );
     this.tools = h("ul", { class: "tools", "aria-label": "Tool calls", hidden: true });
+    this.plan = h("ol", { class: "plan", "aria-label": "Plan", hidden: true });
     // What the snapshot left out of a long turn: a count, not the tools
     // (the JSON events pages have them).
     this.omitted = h("p", { class: "omitted", hidden: true });
@@ -118,6 +122,7 @@ class Turn {
       { class: "turn", "data-turn-id": id },
       this.prompt,
       this.reasoning,
+      this.plan,
       this.omitted,
       this.tools,
       this.decisions,
@@ -225,6 +230,23 @@ class Turn {
     );
     locs.hidden = locs.children.length === 0;
     this.tools.hidden = false;
+  }
+
+  // setPlan shows the agent's plan for the turn, which replaces the last;
+  // null hides it.
+  setPlan(plan) {
+    const entries = plan?.entries ?? [];
+    this.plan.replaceChildren(
+      ...entries.map((e) =>
+        h(
+          "li",
+          { class: `plan-entry status-${e.status}`, "data-priority": e.priority },
+          h("span", { class: "plan-mark", "aria-hidden": "true", text: planMark(e.status) }),
+          h("span", { class: "plan-content", text: e.content }),
+        ),
+      ),
+    );
+    this.plan.hidden = entries.length === 0;
   }
 
   // setOmitted shows how many tools and message parts of the turn the
@@ -336,7 +358,7 @@ class Turn {
 }
 
 // SNAPSHOT_HOLDS are the event types whose effect a snapshot shows in full.
-const SNAPSHOT_HOLDS = new Set(["turn.started", "message.updated", "message.completed", "tool.updated", "approval.requested"]);
+const SNAPSHOT_HOLDS = new Set(["turn.started", "message.updated", "message.completed", "tool.updated", "approval.requested", "plan.updated"]);
 
 // Transcript is the list of turns of one sandbox.
 //
@@ -540,6 +562,7 @@ export class Transcript {
       t.setParts(snap.messages ?? []);
       t.setTools(snap.tools ?? []);
       t.setOmitted(snap.tools_omitted ?? 0, snap.messages_omitted ?? 0);
+      t.setPlan(snap.plan ?? null);
       for (const a of snap.approvals ?? []) {
         this.#addCard(t, a);
       }
@@ -642,6 +665,9 @@ export class Transcript {
         break;
       case "tool.updated":
         this.#turn(env.turn_id).upsertTool(d);
+        break;
+      case "plan.updated":
+        this.#turn(env.turn_id).setPlan(d);
         break;
       case "approval.requested":
         // From the log, an approval is shown by its outcome: a card there

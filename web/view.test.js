@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { denialWords, endDetail, omittedWords, toolState } from "./view.js";
+import { denialWords, endDetail, omittedWords, planMark, toolState } from "./view.js";
 
 test("endDetail: a cancel does not repeat the badge's word", () => {
   assert.deepEqual(endDetail({ stop_reason: "canceled", error: null, duration_ms: 2700 }), ["2.7 s"]);
@@ -44,4 +44,11 @@ test("omittedWords: what a snapshot left out of a long turn", () => {
   assert.equal(omittedWords(1, 0), "1 earlier tool not shown");
   assert.equal(omittedWords(99900, 2), "99900 earlier tools and 2 earlier message parts not shown");
   assert.equal(omittedWords(0, 1), "1 earlier message part not shown");
+});
+
+test("planMark: to do, doing, done", () => {
+  assert.equal(planMark("pending"), "○");
+  assert.equal(planMark("in_progress"), "◐");
+  assert.equal(planMark("completed"), "✓");
+  assert.equal(planMark("something else"), "○");
 });

@@ -31,6 +31,7 @@ var DemoWords = []DemoWord{
 	{"hang", "stream one chunk, then wait until the turn is canceled"},
 	{"crash", "exit in the middle of the turn, which fails"},
 	{"recall", "say what was asked in the turn before this one (kept across restarts)"},
+	{"plan", "send a plan of its steps (a to-do list) and mark each done as it goes"},
 }
 
 // Demo is the demo agent with its pace. The zero value is RunDemo's, quick

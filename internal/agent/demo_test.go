@@ -67,6 +67,7 @@ func TestParsePrompt(t *testing.T) {
 		{"slow", demoPlan{read: "README.md", slow: true}},
 		{"Hang!", demoPlan{read: "README.md", hang: true}},
 		{"crash", demoPlan{read: "README.md", crash: true}},
+		{"plan, then write notes.txt", demoPlan{read: "notes.txt", write: "notes.txt", todo: true}},
 	} {
 		t.Run(tc.text, func(t *testing.T) {
 			if got := parsePrompt(tc.text); got != tc.want {

@@ -20,6 +20,7 @@ type demoPlan struct {
 	hang   bool
 	crash  bool
 	recall bool // tell the session's turn before this one
+	todo   bool // send a plan of its steps and keep it up to date
 }
 
 const (
@@ -58,6 +59,8 @@ func parsePrompt(text string) demoPlan {
 			p.crash = true
 		case "recall":
 			p.recall = true
+		case "plan":
+			p.todo = true
 		}
 	}
 	// Without a file to read, the agent looks at the one it is about to
@@ -125,28 +128,68 @@ func (t *demoTurn) script() error {
 			reply = append(reply, "This is the first turn of this session.")
 		}
 	}
-	s, err := t.readTool()
-	if err != nil {
-		return err
-	}
-	reply = append(reply, s)
+	steps := []demoStep{{"Read " + t.plan.read, t.readTool}}
 	if t.plan.write != "" {
-		s, err := t.writeTool()
-		if err != nil {
-			return err
-		}
-		reply = append(reply, s)
+		steps = append(steps, demoStep{"Write " + t.plan.write, t.writeTool})
 	}
 	if t.plan.env {
-		s, err := t.envTool()
+		steps = append(steps, demoStep{"Show the environment", t.envTool})
+	}
+	titles := make([]string, 0, len(steps)+1)
+	for _, st := range steps {
+		titles = append(titles, st.title)
+	}
+	titles = append(titles, "Reply")
+	for i, st := range steps {
+		if err := t.sendPlan(titles, i); err != nil {
+			return err
+		}
+		s, err := st.run()
 		if err != nil {
 			return err
 		}
 		reply = append(reply, s)
+	}
+	if err := t.sendPlan(titles, len(steps)); err != nil {
+		return err
 	}
 	reply = append(reply, "That is all from the demo agent.")
 	t.reply = strings.Join(reply, " ")
-	return t.stream(t.reply)
+	if err := t.stream(t.reply); err != nil {
+		return err
+	}
+	return t.sendPlan(titles, len(titles))
+}
+
+// demoStep is one tool step of a demo turn, as its plan names it.
+type demoStep struct {
+	title string
+	run   func() (string, error)
+}
+
+// sendPlan sends the turn's plan, when the prompt asked for one, as ACP
+// agents send theirs: the whole list each time, the steps before current
+// completed, current in progress.
+func (t *demoTurn) sendPlan(titles []string, current int) error {
+	if !t.plan.todo {
+		return nil
+	}
+	entries := make([]map[string]string, len(titles))
+	for i, title := range titles {
+		status := "pending"
+		switch {
+		case i < current:
+			status = "completed"
+		case i == current:
+			status = "in_progress"
+		}
+		priority := "medium"
+		if i == 0 {
+			priority = "high"
+		}
+		entries[i] = map[string]string{"content": title, "status": status, "priority": priority}
+	}
+	return t.update(map[string]any{"sessionUpdate": "plan", "entries": entries})
 }
 
 // stream sends the reply in chunks of a few words, without a messageId, as

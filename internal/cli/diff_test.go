@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sparkles-dev/sparkles/client"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -233,5 +234,21 @@ func TestEventsSummaryWorkspace(t *testing.T) {
 	rev := sandbox.Event{Type: sandbox.TypeWorkspaceReverted, Data: &sandbox.WorkspaceReverted{TurnID: "turn_1"}}
 	if got, want := summary(rev, 200), "the workspace is as it was when turn_1 started"; got != want {
 		t.Fatalf("workspace.reverted gist %q, want %q", got, want)
+	}
+}
+
+// TestEventsSummaryPlan: a plan's gist says how much is done and each
+// entry with its mark, cut to the width.
+func TestEventsSummaryPlan(t *testing.T) {
+	plan := sandbox.Event{Type: sandbox.TypePlanUpdated, Data: &sandbox.PlanUpdated{Entries: []sandbox.PlanEntry{
+		{Content: "Read a.go", Status: sandbox.PlanCompleted}, {Content: "Fix the bug", Status: sandbox.PlanInProgress}, {Content: "Run tests", Status: sandbox.PlanPending}}}}
+	if got, want := summary(plan, 200), "[plan] 1 of 3 done: ✓ Read a.go · ◐ Fix the bug · ○ Run tests"; got != want {
+		t.Fatalf("plan.updated gist %q, want %q", got, want)
+	}
+	if got := summary(plan, 20); utf8.RuneCountInString(got) > 20 {
+		t.Fatalf("plan.updated gist %q is wider than 20", got)
+	}
+	if got, want := summary(sandbox.Event{Type: sandbox.TypePlanUpdated, Data: &sandbox.PlanUpdated{}}, 200), "[plan] empty"; got != want {
+		t.Fatalf("empty plan gist %q, want %q", got, want)
 	}
 }

@@ -197,6 +197,8 @@ func summary(ev sandbox.Event, n int) string {
 		return oneLine(d.Code+": "+d.Message, n)
 	case *sandbox.WorkspaceReverted:
 		return "the workspace is as it was when " + d.TurnID + " started"
+	case *sandbox.PlanUpdated:
+		return planLine(d, n)
 	case *sandbox.SandboxStatus:
 		if d.Detail != "" {
 			return oneLine(d.Status+": "+d.Detail, n)
@@ -204,6 +206,28 @@ func summary(ev sandbox.Event, n int) string {
 		return d.Status
 	}
 	return ""
+}
+
+// planLine is an agent's plan on one line of at most n runes: how much is
+// done, then each entry with its mark (✓ done, ◐ doing, ○ to do).
+func planLine(d *sandbox.PlanUpdated, n int) string {
+	done := 0
+	items := make([]string, len(d.Entries))
+	for i, e := range d.Entries {
+		mark := "○"
+		switch e.Status {
+		case sandbox.PlanCompleted:
+			mark = "✓"
+			done++
+		case sandbox.PlanInProgress:
+			mark = "◐"
+		}
+		items[i] = mark + " " + e.Content
+	}
+	if len(items) == 0 {
+		return "[plan] empty"
+	}
+	return oneLine(fmt.Sprintf("[plan] %d of %d done: %s", done, len(items), strings.Join(items, " · ")), n)
 }
 
 // tokensUsed says how many tokens a turn took, as its agent reported them.

@@ -284,6 +284,8 @@ func (p *promptRun) handle(m client.Message) (done bool, err error) {
 		p.r.completed(d)
 	case *sandbox.ToolUpdated:
 		p.r.tool(d)
+	case *sandbox.PlanUpdated:
+		p.r.info(planLine(d, 160))
 	case *sandbox.ApprovalRequested:
 		p.r.flush()
 		p.approval(d)

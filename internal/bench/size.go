@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
+	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -72,6 +74,46 @@ func runSize(ctx context.Context, r *runner) error {
 	r.add(Figure{Name: "growth of the pages in use, refilling what a prune of half freed", Value: mib(growth), Unit: "MiB",
 		Conditions: fmt.Sprintf("the log pruned through its middle (%s), then as many events appended again (%s)", pruned, again),
 		Target:     "<= 16 MiB (what the WAL may hold, whose values span several pages)", Met: atLeast(16<<20, float64(growth))})
+	return sizeThroughAgent(ctx, r)
+}
+
+// sizeThroughAgent measures the file as a long turn leaves it through the
+// whole path: an agent process announcing a new tool call with every
+// update, in one turn, through the coordinator and the store of a child
+// server, which is then stopped cleanly (the turn canceled, the status
+// changes of the stop written). The file is then opened again and
+// measured against its events.
+func sizeThroughAgent(ctx context.Context, r *runner) error {
+	dir, cleanup, err := r.tempDir()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	n := pick(r, int64(100000), 3000)
+	r.logf("through the agent path: one turn of %d tool calls, then a clean stop", n)
+	if _, err := fillLongTurn(ctx, r, dir, n); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, "sparkles.db")
+	st, err := boltstore.Open(path, boltstore.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	list, _, err := st.Sandboxes(ctx, "", 1)
+	if err != nil || len(list) != 1 {
+		return fmt.Errorf("the long turn's store holds %d sandboxes (%v), want 1", len(list), err)
+	}
+	u, err := measureStore(ctx, st, path, list[0].ID)
+	if err != nil {
+		return err
+	}
+	const allowance = 8 << 20
+	limit := (u.events + allowance) * 3 / 2
+	r.add(Figure{Name: fmt.Sprintf("file size after %s tool calls through the agent path and a clean stop", thousands(n)), Value: mib(u.file), Unit: "MiB",
+		Conditions: fmt.Sprintf("a child server whose flood agent process announced a new, completed tool call with every update in one turn, canceled, then the server stopped (SIGTERM's path); opened again and measured: %s", u),
+		Target:     "<= 1.5 x (the events + 8 MiB)", Met: atLeast(float64(limit), float64(u.file))})
+	r.add(Figure{Name: "file / (events + 8 MiB), through the agent path", Value: float64(u.file) / float64(u.events+allowance), Unit: "x", Conditions: "as above"})
 	return nil
 }
 
@@ -90,18 +132,23 @@ func (u fileUse) String() string {
 // measureFile drains the WAL and measures the file of l's store and what
 // sandbox id holds.
 func measureFile(ctx context.Context, l *local, id string) (fileUse, error) {
+	return measureStore(ctx, l.store, l.path, id)
+}
+
+// measureStore is measureFile for a store opened at path.
+func measureStore(ctx context.Context, store *boltstore.Store, path, id string) (fileUse, error) {
 	var u fileUse
-	st, err := l.store.Stats(ctx) // materializes the WAL first
+	st, err := store.Stats(ctx) // materializes the WAL first
 	if err != nil {
 		return u, err
 	}
-	fi, err := os.Stat(l.path)
+	fi, err := os.Stat(path)
 	if err != nil {
 		return u, err
 	}
 	u.file, u.inUse, u.free = fi.Size(), st.FileSize, int64(st.FreePages)*int64(os.Getpagesize())
 	for after := uint64(0); ; {
-		recs, err := l.store.Read(ctx, id, after, 1000)
+		recs, err := store.Read(ctx, id, after, 1000)
 		if err != nil {
 			return u, err
 		}
@@ -114,7 +161,7 @@ func measureFile(ctx context.Context, l *local, id string) (fileUse, error) {
 		u.eventN += len(recs)
 		after = recs[len(recs)-1].ID
 	}
-	state, err := l.store.State(ctx, id)
+	state, err := store.State(ctx, id)
 	if err != nil {
 		return u, err
 	}

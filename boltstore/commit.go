@@ -139,6 +139,7 @@ func (s *Store) update(fn func(t *txn) error, callers bool) error {
 
 	t := &txn{s: s, pending: make(map[string]*pending)}
 	start := time.Now()
+	s.syncFreelistFor()
 	err := s.updateDB(func(tx *bbolt.Tx) error {
 		if err := t.begin(tx); err != nil {
 			return err

@@ -24,7 +24,7 @@ func walEntryOf(tb testing.TB, id string, state []byte, ids ...uint64) ([]byte, 
 	}
 	copy(w.ids, ids)
 	p := &pending{id: id}
-	p.addWAL(state, w)
+	p.addWAL(state, allLists, w)
 	return p.entries[0], p.recs
 }
 

@@ -68,6 +68,7 @@ const (
 	defaultChunkSandboxes = 32
 	defaultTruncateBatch  = 8192
 	defaultWALValueMax    = 8 << 10
+	defaultFreelistMax    = 4096 // 32 KiB of list, 8 pages a commit
 )
 
 // walLimits are the materialization thresholds; tests lower them. A limit
@@ -78,6 +79,7 @@ type walLimits struct {
 	chunkSandboxes           int // and the sandboxes it touches
 	truncateBatch            int // WAL keys deleted per transaction at most
 	valueMax                 int // bytes of entries per WAL value (see putWAL)
+	freelistMax              int // free pages up to which a commit writes the list (see syncFreelistFor)
 }
 
 // Store is the bbolt implementation of sandbox.Store. See doc.go for
@@ -260,6 +262,7 @@ func (l walLimits) orDefaults() walLimits {
 	def(&l.chunkSandboxes, defaultChunkSandboxes)
 	def(&l.truncateBatch, defaultTruncateBatch)
 	def(&l.valueMax, defaultWALValueMax)
+	def(&l.freelistMax, defaultFreelistMax)
 	return l
 }
 
@@ -512,21 +515,28 @@ func (s *Store) Drop(ctx context.Context, id string) error {
 func boltOptions(timeout time.Duration) *bbolt.Options {
 	return &bbolt.Options{
 		Timeout: timeout,
-		// The freelist grows with every page retention frees; writing it at
-		// every commit made appends after a large prune several times slower.
-		// Commits leave it out, and Close writes it once (syncFreelist):
-		// bbolt reads it at the next open instead of rebuilding it from
-		// every page of the file, which only a crash leaves it to do.
+		// Each commit chooses whether to write the free-page list
+		// (syncFreelistFor); until the first does, none is written.
 		NoFreelistSync: true,
 		FreelistType:   bbolt.FreelistMapType,
 	}
 }
 
-// syncFreelist writes the free-page list in a last commit, so that the next
-// open reads it instead of scanning every page of the file (see doc.go,
-// The file under the store). The committer calls it once it has stopped:
-// no other transaction writes meanwhile, and the first commit of the next
-// open frees the list's pages again.
+// syncFreelistFor sets whether the next commit writes bbolt's free-page
+// list: while it holds at most limits.freelistMax pages, so that a file a
+// crash leaves opens reading that list instead of bbolt scanning every
+// page (see doc.go, The file under the store). A longer list, which a
+// large prune leaves until appends take its pages again, would cost each
+// commit its whole length. s.commitMu must be held: NoFreelistSync is read
+// by the commit of the transaction that follows.
+func (s *Store) syncFreelistFor() {
+	st := s.db.Stats()
+	s.db.NoFreelistSync = st.FreePageN+st.PendingPageN > s.limits.freelistMax
+}
+
+// syncFreelist writes the free-page list in a last commit, whatever its
+// length, so that the next open reads it. The committer calls it once it
+// has stopped: no other transaction writes meanwhile.
 func (s *Store) syncFreelist() error {
 	s.db.NoFreelistSync = false
 	return s.updateDB(func(*bbolt.Tx) error { return nil })

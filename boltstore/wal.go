@@ -37,16 +37,26 @@ type walTail struct {
 // walEntryVersion leads a WAL value that holds one entry, walBatchVersion
 // one that holds several (a commit's entries under one key: one Put, and
 // its bytes written as one run of pages). A later layout gets a new byte.
+//
+// walHeadVersion leads an entry whose state is a mutate's head with only
+// the lists it changed (see encodeMutated): a byte of those lists follows
+// the sandbox id. A version-1 entry's state carries every list.
 const (
 	walEntryVersion = 1
 	walBatchVersion = 2
+	walHeadVersion  = 3
+
+	allLists = 0b111 // a bit for each of stateLists: messages, tools, approvals
 )
 
 // walEntry is one request's part of a commit, as the WAL keeps it: the
-// sandbox, the state a mutate left (nil when none ran), and the records.
+// sandbox, the state a mutate left (nil when none ran) with the lists it
+// carries (a bit per stateLists entry; the others are the state's before
+// the entry), and the records.
 type walEntry struct {
 	sandbox string
 	state   []byte
+	lists   byte
 	recs    []walRecord
 }
 
@@ -56,12 +66,22 @@ type walRecord struct {
 }
 
 // appendWALHeader begins an entry: a version byte, then the
-// uvarint-prefixed sandbox id and state, and the record count. Each record
-// follows as its uvarint id and its uvarint-prefixed events bucket value.
-func appendWALHeader(b []byte, sandboxID string, state []byte, n int) []byte {
-	b = append(b, walEntryVersion)
+// uvarint-prefixed sandbox id, for walHeadVersion the byte of the lists
+// the state carries, the uvarint-prefixed state, and the record count.
+// Each record follows as its uvarint id and its uvarint-prefixed events
+// bucket value.
+func appendWALHeader(b []byte, sandboxID string, state []byte, lists byte, n int) []byte {
+	head := state != nil && lists != allLists
+	if head {
+		b = append(b, walHeadVersion)
+	} else {
+		b = append(b, walEntryVersion)
+	}
 	b = binary.AppendUvarint(b, uint64(len(sandboxID)))
 	b = append(b, sandboxID...)
+	if head {
+		b = append(b, lists)
+	}
 	b = binary.AppendUvarint(b, uint64(len(state)))
 	b = append(b, state...)
 	return binary.AppendUvarint(b, uint64(n))
@@ -72,11 +92,20 @@ var errBadWALEntry = errors.New("malformed WAL entry")
 // decodeWALEntry decodes an entry. The slices it returns point into v.
 func decodeWALEntry(v []byte) (walEntry, error) {
 	var e walEntry
-	if len(v) == 0 || v[0] != walEntryVersion {
+	if len(v) == 0 || (v[0] != walEntryVersion && v[0] != walHeadVersion) {
 		return e, errBadWALEntry
 	}
 	d := walDecoder{b: v[1:]}
 	e.sandbox = string(d.bytes())
+	e.lists = allLists
+	if v[0] == walHeadVersion {
+		if d.err == nil && (len(d.b) == 0 || d.b[0] > allLists) {
+			d.err = errBadWALEntry
+		}
+		if d.err == nil {
+			e.lists, d.b = d.b[0], d.b[1:]
+		}
+	}
 	e.state = d.bytes()
 	n := d.uvarint()
 	if d.err == nil && n > uint64(len(d.b)) {
@@ -118,7 +147,7 @@ func encodeWALValue(entries [][]byte) []byte {
 // decodeWALValue decodes the entries of a WAL value, in commit order. The
 // slices it returns point into v.
 func decodeWALValue(v []byte) ([]walEntry, error) {
-	if len(v) > 0 && v[0] == walEntryVersion {
+	if len(v) > 0 && (v[0] == walEntryVersion || v[0] == walHeadVersion) {
 		e, err := decodeWALEntry(v)
 		return []walEntry{e}, err
 	}
@@ -201,12 +230,12 @@ func (d *walDecoder) bytes() []byte {
 // addWAL encodes the WAL entry of an append whose ids are assigned; flush
 // writes it. The records' values are encoded in place in the entry, which
 // they share from then on.
-func (p *pending) addWAL(state []byte, w *appendWrite) {
-	size := 1 + 3*binary.MaxVarintLen64 + len(p.id) + len(state)
+func (p *pending) addWAL(state []byte, lists byte, w *appendWrite) {
+	size := 2 + 3*binary.MaxVarintLen64 + len(p.id) + len(state)
 	for i := range w.events {
 		size += 2*binary.MaxVarintLen64 + w.valueLen(i)
 	}
-	b := appendWALHeader(make([]byte, 0, size), p.id, state, len(w.events))
+	b := appendWALHeader(make([]byte, 0, size), p.id, state, lists, len(w.events))
 	for i := range w.events {
 		b = binary.AppendUvarint(b, w.ids[i])
 		b = binary.AppendUvarint(b, uint64(w.valueLen(i)))
@@ -480,6 +509,16 @@ func (r *replaying) apply(ent walEntry) error {
 		mutated := new(sandbox.State)
 		if err := json.Unmarshal(ent.state, mutated); err != nil {
 			return fmt.Errorf("decode state: %w", err)
+		}
+		// The lists the entry leaves out are the state's before it.
+		if ent.lists&(1<<0) == 0 {
+			mutated.Messages = st.Messages
+		}
+		if ent.lists&(1<<1) == 0 {
+			mutated.Tools = st.Tools
+		}
+		if ent.lists&(1<<2) == 0 {
+			mutated.Approvals = st.Approvals
 		}
 		mutated.Sandbox.LastEventID = st.Sandbox.LastEventID
 		mutated.Sandbox.OldestEventID = st.Sandbox.OldestEventID

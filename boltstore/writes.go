@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 
 	"go.etcd.io/bbolt"
@@ -37,6 +38,7 @@ func (w *appendWrite) apply(t *txn) (reqErr, txErr error) {
 	}
 	var st *sandbox.State
 	var mutated []byte // the post-mutate state, which a replay cannot derive
+	var lists byte     // which of its lists mutated carries
 	if w.mutate != nil {
 		// mutate may fail half-way: it changes a copy that is kept only if
 		// it succeeds.
@@ -50,7 +52,7 @@ func (w *appendWrite) apply(t *txn) (reqErr, txErr error) {
 		st.Sandbox.PrunedThrough = p.state.Sandbox.PrunedThrough
 		st.LogBytes, st.TurnBytes = p.state.LogBytes, p.state.TurnBytes
 		if !p.direct {
-			if mutated, err = json.Marshal(st); err != nil {
+			if mutated, lists, err = encodeMutated(p.state, st); err != nil {
 				return fmt.Errorf("append to %s: encode state: %w", w.id, err), nil
 			}
 		}
@@ -86,9 +88,38 @@ func (w *appendWrite) apply(t *txn) (reqErr, txErr error) {
 		return nil, putRecords(p.events, p.recs[first:])
 	}
 	if mutated != nil || len(w.events) > 0 {
-		p.addWAL(mutated, w)
+		p.addWAL(mutated, lists, w)
 	}
 	return nil, nil
+}
+
+// encodeMutated encodes what a replay needs of the state a mutate left:
+// its head, and those of its lists that the mutate changed, which lists
+// says (bit i for stateLists[i]). A status change on a sandbox in a long
+// turn wrote every item of the state into the WAL as one value (41 MiB
+// at a clean stop before the state kept only the recent finished tools);
+// the head is a few hundred bytes. Comparing the lists costs what the
+// clone mutate changed already cost.
+func encodeMutated(before, after *sandbox.State) ([]byte, byte, error) {
+	head := *after
+	var lists byte
+	if !reflect.DeepEqual(before.Messages, after.Messages) {
+		lists |= 1 << 0
+	} else {
+		head.Messages = nil
+	}
+	if !reflect.DeepEqual(before.Tools, after.Tools) {
+		lists |= 1 << 1
+	} else {
+		head.Tools = nil
+	}
+	if !reflect.DeepEqual(before.Approvals, after.Approvals) {
+		lists |= 1 << 2
+	} else {
+		head.Approvals = nil
+	}
+	b, err := json.Marshal(&head)
+	return b, lists, err
 }
 
 // mutatedTurns keeps the turns a mutate set addressable by id: a turn exists

@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -108,6 +109,61 @@ func (s *Store) LogBytes(id string) (log, turn uint64, err error) {
 		return st.LogBytes, st.TurnBytes, nil
 	}
 	return head.LogBytes, head.TurnBytes, nil
+}
+
+// keyCompacted, in a sandbox's bucket, holds retention's compaction mark
+// (8-byte big-endian id): every turn that completed at or before it is
+// compacted. The loop writes it so that its first pass after a start
+// resumes there instead of reading the whole log (retention.Marker).
+var keyCompacted = []byte("compacted")
+
+// CompactionMark returns the compaction mark of sandbox id, 0 when none was
+// set.
+func (s *Store) CompactionMark(id string) (uint64, error) {
+	if id == "" {
+		return 0, notFound(id)
+	}
+	var mark uint64
+	err := s.view(func(tx *bbolt.Tx) error {
+		b := sandboxBucket(tx, id)
+		if b == nil {
+			return notFound(id)
+		}
+		if v := b.Get(keyCompacted); len(v) == 8 {
+			mark = binary.BigEndian.Uint64(v)
+		}
+		return nil
+	})
+	return mark, err
+}
+
+// SetCompactionMarks sets the compaction marks of several sandboxes in one
+// write; sandboxes dropped since are skipped. The marks are no part of
+// what readers see, so nothing is published or woken.
+func (s *Store) SetCompactionMarks(ctx context.Context, marks map[string]uint64) error {
+	if len(marks) == 0 {
+		return nil
+	}
+	return s.submit(ctx, &markWrite{marks: marks})
+}
+
+type markWrite struct{ marks map[string]uint64 }
+
+func (w *markWrite) apply(t *txn) (reqErr, txErr error) {
+	for id, mark := range w.marks {
+		if p := t.pending[id]; p != nil && p.dropped {
+			continue
+		}
+		b := t.root.Bucket([]byte(id))
+		if b == nil {
+			continue
+		}
+		if err := b.Put(keyCompacted, binary.BigEndian.AppendUint64(nil, mark)); err != nil {
+			return nil, err
+		}
+		t.dirty = true
+	}
+	return nil, nil
 }
 
 // Stats describes the file and every sandbox in it.

@@ -58,6 +58,19 @@ type FromPruner interface {
 	PruneFrom(ctx context.Context, id string, from, through uint64, batch int) (removed int, err error)
 }
 
+// Marker is what a Store adds to keep the loop's compaction mark across
+// restarts: every turn that completed at or before a sandbox's mark is
+// compacted, so the first pass after a start reads each log from its mark,
+// not from its head. A store without it is read whole by the first pass.
+// boltstore implements it.
+type Marker interface {
+	// CompactionMark returns the mark of sandbox id, 0 when none is set.
+	CompactionMark(id string) (uint64, error)
+	// SetCompactionMarks sets the marks of several sandboxes at once,
+	// skipping those gone.
+	SetCompactionMarks(ctx context.Context, marks map[string]uint64) error
+}
+
 // Config is what a Loop needs. Zero values take the defaults.
 type Config struct {
 	Store Store
@@ -130,6 +143,7 @@ type Loop struct {
 	tracks    map[string]*track
 	lastBatch time.Duration   // how long the last prune batch took to commit
 	kept      map[string]bool // deleted sandboxes whose files resist removal, logged once
+	passed    bool            // the loop's first pass is logged
 
 	// nudge wakes the loop for the sandboxes in nudged (under mu), whose
 	// logs grew past MaxBytes between passes (Nudge).
@@ -210,12 +224,18 @@ func (l *Loop) loop(ctx context.Context) {
 }
 
 func (l *Loop) runLogged(ctx context.Context) {
+	start := time.Now()
 	res, err := l.RunOnce(ctx, l.cfg.Now())
 	if ctx.Err() != nil {
 		return
 	}
 	if err != nil {
 		l.log.Error("retention pass failed", "err", err)
+	}
+	if !l.passed {
+		// What a start costs is not over before this pass is: say when.
+		l.passed = true
+		l.log.Info("first retention pass", "sandboxes", res.Sandboxes, "took", time.Since(start).Round(time.Millisecond))
 	}
 	if res.Pruned+res.Compacted+res.Dropped > 0 {
 		l.log.Info("retention pass", "sandboxes", res.Sandboxes, "pruned", res.Pruned,
@@ -267,9 +287,13 @@ func (l *Loop) RunOnce(ctx context.Context, now time.Time) (total Result, _ erro
 			errs = append(errs, fmt.Errorf("list sandboxes: %w", err))
 			break
 		}
+		marks := map[string]uint64{}
 		for _, sb := range list {
 			seen[sb.ID] = true
 			res, err := l.sandbox(ctx, sb, now)
+			if t := l.tracks[sb.ID]; t != nil && t.compacted > t.marked {
+				marks[sb.ID] = t.compacted
+			}
 			total.add(res)
 			total.Sandboxes++
 			// A sandbox dropped meanwhile is no failure; neither is a prune
@@ -281,6 +305,9 @@ func (l *Loop) RunOnce(ctx context.Context, now time.Time) (total Result, _ erro
 				return total, ctx.Err()
 			}
 			l.heartbeat()
+		}
+		if err := l.saveMarks(ctx, marks); err != nil {
+			errs = append(errs, fmt.Errorf("save compaction marks: %w", err))
 		}
 		if !more || len(list) == 0 {
 			break
@@ -325,7 +352,10 @@ func (l *Loop) sandbox(ctx context.Context, sb sandbox.Sandbox, now time.Time) (
 	t := l.tracks[sb.ID]
 	if t == nil || t.pruned != uint64(sb.PrunedThrough) {
 		// First sight, or a prune this loop did not make: count afresh.
-		t = &track{pruned: uint64(sb.PrunedThrough)}
+		var err error
+		if t, err = l.newTrack(sb); err != nil {
+			return res, err
+		}
 		l.tracks[sb.ID] = t
 	}
 	compacted, err := l.compact(ctx, sb, t)
@@ -343,6 +373,41 @@ func (l *Loop) sandbox(ctx context.Context, sb sandbox.Sandbox, now time.Time) (
 		return res, err
 	}
 	return res, nil
+}
+
+// newTrack starts what the loop remembers of a log it has not seen, or saw
+// pruned by someone else: compaction resumes at the store's mark
+// (Marker), and the records are counted only if the scan from there
+// starts at the log's head; else prune counts them when it needs to.
+func (l *Loop) newTrack(sb sandbox.Sandbox) (*track, error) {
+	p := uint64(sb.PrunedThrough)
+	t := &track{pruned: p, counted: p, countKnown: true}
+	if m, ok := l.cfg.Store.(Marker); ok {
+		mark, err := m.CompactionMark(sb.ID)
+		if err != nil {
+			return nil, err
+		}
+		t.compacted, t.marked = mark, mark
+		t.countKnown = mark <= p
+	}
+	return t, nil
+}
+
+// saveMarks writes the compaction marks a pass moved, in one write.
+func (l *Loop) saveMarks(ctx context.Context, marks map[string]uint64) error {
+	m, ok := l.cfg.Store.(Marker)
+	if !ok || len(marks) == 0 {
+		return nil
+	}
+	if err := m.SetCompactionMarks(ctx, marks); err != nil {
+		return err
+	}
+	for id, mark := range marks {
+		if t := l.tracks[id]; t != nil {
+			t.marked = max(t.marked, mark)
+		}
+	}
+	return nil
 }
 
 // expired reports whether a deleted sandbox has aged out: its last retained

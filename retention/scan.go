@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -16,13 +17,30 @@ import (
 const scanPages = 5
 
 // track is what the loop remembers of one log between passes, so a pass
-// reads only what is new. It is lost on restart; the first pass then reads
-// every log once.
+// reads only what is new, and nothing when nothing is due. It is lost on
+// restart but for the compaction mark, which a Marker store keeps: the
+// first pass then reads each log from its mark, its oldest record, and
+// counts it only if it may hold more than MaxEvents (its ids say how many
+// it can hold at most).
 type track struct {
-	pruned    uint64 // pruned_through as this loop last saw or set it
-	counted   uint64 // records with id <= counted are in count
-	count     int    // retained records
-	compacted uint64 // every finished turn up to this id is compacted
+	pruned  uint64 // pruned_through as this loop last saw or set it
+	counted uint64 // records with id <= counted are in count
+	count   int    // retained records
+	// countKnown says count holds every retained record up to counted;
+	// unset, prune counts the log when its ids allow more than MaxEvents.
+	countKnown bool
+	compacted  uint64 // every finished turn up to this id is compacted
+	marked     uint64 // the compaction mark the store holds (Marker)
+	// oldestID and oldestTS are the first retained record as last read:
+	// while it is still the first (oldest_event_id) and young, nothing is
+	// old enough to prune by age, and no record need be read to know it.
+	oldestID uint64
+	oldestTS time.Time
+	// open holds the turns the last compaction scan left open, which it
+	// read through scanned: the next resumes there rather than at their
+	// first event, so a running turn is read once, not at every pass.
+	open    map[string]*openTurn
+	scanned uint64
 	// within is 1 + the last id of the log when it was last found within
 	// MaxBytes (0: not known): a log that has not grown since still is,
 	// and its size need not be asked for.
@@ -48,11 +66,15 @@ type openTurn struct {
 func (l *Loop) compact(ctx context.Context, sb sandbox.Sandbox, t *track) (int, error) {
 	last := uint64(sb.LastEventID)
 	after := max(t.compacted, uint64(sb.PrunedThrough))
+	open := map[string]*openTurn{}
+	if t.open != nil && t.scanned >= after {
+		after, open = t.scanned, t.open
+	}
 	if after >= last {
 		return 0, nil
 	}
+	t.open = nil // kept again only if the scan completes
 	var (
-		open    = map[string]*openTurn{}
 		victims []uint64
 		scanned = after
 	)
@@ -61,7 +83,7 @@ func (l *Loop) compact(ctx context.Context, sb sandbox.Sandbox, t *track) (int, 
 			return false, nil // appended after this pass began: next pass
 		}
 		scanned = rec.ID
-		if rec.ID > t.counted {
+		if t.countKnown && rec.ID > t.counted {
 			t.count++
 			t.counted = rec.ID
 		}
@@ -109,6 +131,12 @@ func (l *Loop) compact(ctx context.Context, sb sandbox.Sandbox, t *track) (int, 
 	for _, ot := range open {
 		mark = min(mark, ot.first-1)
 	}
+	if len(open) > 0 {
+		t.open, t.scanned = open, scanned
+	}
+	// A turn carried from an earlier scan may have lost its head to a
+	// prune since.
+	victims = slices.DeleteFunc(victims, func(id uint64) bool { return id <= uint64(sb.PrunedThrough) })
 	removed := 0
 	for i := 0; len(victims) > 0; i++ {
 		n := min(len(victims), l.cfg.Batch)
@@ -145,18 +173,41 @@ func (l *Loop) prune(ctx context.Context, sb sandbox.Sandbox, t *track, cutoff t
 	if sb.CurrentTurn != nil {
 		current = sb.CurrentTurn.ID
 	}
-	excess := t.count - l.cfg.MaxEvents
+	last := uint64(sb.LastEventID)
+	upto, excess := t.counted, t.count-l.cfg.MaxEvents
+	if !t.countKnown {
+		// A log can hold at most one record per id after pruned_through.
+		upto, excess = last, 0
+		if last-min(last, t.pruned) > uint64(l.cfg.MaxEvents) {
+			if err := l.count(ctx, sb, t); err != nil {
+				return 0, err
+			}
+			upto, excess = t.counted, t.count-l.cfg.MaxEvents
+		}
+	}
 	c := newCut(l.cfg.Batch, excess, cutoff, logBytes, uint64(l.cfg.MaxBytes), current)
 	limit := scanPages * l.cfg.Batch
 	if excess <= 0 && !c.bytes {
+		if t.oldestID != 0 && t.oldestID == uint64(sb.OldestEventID) && !t.oldestTS.Before(cutoff) {
+			return 0, nil // the oldest record is young: nothing is due
+		}
 		limit = 1 // usually the oldest event is young and one record says so
 	}
+	first := true
 	err := l.scan(ctx, sb.ID, uint64(sb.PrunedThrough), limit, func(rec sandbox.Record) (bool, error) {
-		if rec.ID > t.counted {
+		if rec.ID > upto {
 			return false, nil // not counted yet: left for the next pass
 		}
+		if first {
+			first = false
+			ts, err := recordTS(rec)
+			if err != nil {
+				return false, fmt.Errorf("event %d: %w", rec.ID, err)
+			}
+			t.oldestID, t.oldestTS = rec.ID, ts
+		}
 		more, err := c.visit(rec)
-		return more && rec.ID < t.counted, err
+		return more && rec.ID < upto, err
 	})
 	if err != nil {
 		return 0, err
@@ -180,6 +231,25 @@ func (l *Loop) prune(ctx context.Context, sb sandbox.Sandbox, t *track, cutoff t
 		l.log.Debug("pruned", "sandbox_id", sb.ID, "through", t.pruned, "removed", removed)
 	}
 	return removed, nil
+}
+
+// count counts the retained records of a log whose count the loop does not
+// know, up to its last id when the pass began.
+func (l *Loop) count(ctx context.Context, sb sandbox.Sandbox, t *track) error {
+	last := uint64(sb.LastEventID)
+	n, counted := 0, t.pruned
+	err := l.scan(ctx, sb.ID, t.pruned, scanPages*l.cfg.Batch, func(rec sandbox.Record) (bool, error) {
+		if rec.ID > last {
+			return false, nil
+		}
+		n, counted = n+1, rec.ID
+		return rec.ID < last, nil
+	})
+	if err != nil {
+		return err
+	}
+	t.count, t.counted, t.countKnown = n, counted, true
+	return nil
 }
 
 // pruneBatch prunes the log of sandbox id through the given id, on the

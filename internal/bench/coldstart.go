@@ -18,28 +18,42 @@ import (
 )
 
 // runColdStart measures how long a server takes to start on a large data
-// dir, from the start of its process to the first answer of /healthz, and
-// what it holds in memory then. The data dir is built first: 2,000
-// sandboxes of 1,000 events each (about 1.3 GB of file), written by a child
-// server that then shuts down cleanly. The server timed is `sparkles serve`
-// when the bench runs from the sparkles binary (ServeCommand), the child
-// server otherwise. Each start is measured with the page cache dropped
-// (which needs root: without it the cold start is skipped, and said so),
-// then warm; and once more cold after a server was killed (kill -9) right
-// after a write, so that the file was not closed.
+// dir, from the start of its process to the first answer of /healthz, what
+// it holds in memory then, and what it holds and has used 5 s after its
+// start, when the first retention pass has run. Two data dirs are built,
+// each by a child server that then shuts down cleanly: 2,000 sandboxes of
+// 1,000 events each (about 1.3 GB of file), and one sandbox whose one turn
+// made 100,000 tool calls. The server timed is `sparkles serve` when the
+// bench runs from the sparkles binary (ServeCommand), the child server
+// otherwise. Each start is measured with the page cache dropped (which
+// needs root: without it the cold start is skipped, and said so), then
+// warm; and, on the first dir, once more cold after a server was killed
+// (kill -9) right after a write, so that the file was not closed.
 func runColdStart(ctx context.Context, r *runner) error {
 	sandboxes, events := pick(r, 2000, 20), pick(r, 1000, 50)
+	if err := coldStartDir(ctx, r, childRequest{Op: "create", N: sandboxes, Fill: events, Size: coldEventSize},
+		fmt.Sprintf("%d sandboxes x %d events of %d-byte text", sandboxes, events, coldEventSize), sandboxes, "", true); err != nil {
+		return err
+	}
+	tools := pick(r, 100000, 2000)
+	return coldStartDir(ctx, r, childRequest{Op: "tools", Fill: tools, Size: 40},
+		fmt.Sprintf("one sandbox of %d tool calls in one turn", tools), 1, " (one long turn)", false)
+}
+
+// coldStartDir builds a data dir with req and measures starts on it; what
+// names it in the figures' conditions, suffix in their names.
+func coldStartDir(ctx context.Context, r *runner, req childRequest, what string, sandboxes int, suffix string, crash bool) error {
 	dir, cleanup, err := r.tempDir()
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	r.logf("building a data dir of %d sandboxes x %d events", sandboxes, events)
+	r.logf("building a data dir of %s", what)
 	c, err := startChild(ctx, r.cfg.ChildCommand, dir)
 	if err != nil {
 		return err
 	}
-	_, err = c.do(ctx, childRequest{Op: "create", N: sandboxes, Fill: events, Size: coldEventSize})
+	_, err = c.do(ctx, req)
 	var written procMem
 	var writtenGo childReply
 	if err == nil {
@@ -53,9 +67,14 @@ func runColdStart(ctx context.Context, r *runner) error {
 	}
 	// The sandboxes the child left ready are settled (stopped) by the
 	// first start of serve, an append each; a data dir a server left
-	// holds them settled already.
+	// holds them settled already. It runs a first retention pass too,
+	// which records where each log's compaction stands.
 	s, err := r.timedStart(ctx, dir)
 	if err != nil {
+		return err
+	}
+	if err := s.settle(ctx); err != nil {
+		s.stop()
 		return err
 	}
 	s.stop()
@@ -63,12 +82,12 @@ func runColdStart(ctx context.Context, r *runner) error {
 	if err != nil {
 		return err
 	}
-	what := fmt.Sprintf("%d sandboxes x %d events of %d-byte text, a %.0f MiB file", sandboxes, events, coldEventSize, mib(fi.Size()))
+	what = fmt.Sprintf("%s, a %.0f MiB file", what, mib(fi.Size()))
 	server := "the bench's child server"
 	if len(r.cfg.ServeCommand) > 0 {
 		server = "sparkles serve"
 	}
-	r.add(Figure{Name: "RSS of the server that wrote it", Value: mib(written.RSS), Unit: "MiB",
+	r.add(Figure{Name: "RSS of the server that wrote it" + suffix, Value: mib(written.RSS), Unit: "MiB",
 		Conditions: fmt.Sprintf("the bench's child server that built the data dir (%s), after it wrote every event and a GC that returns freed memory: %.1f MiB anonymous, Go heap %.1f MiB; %.1f KiB of heap per sandbox",
 			what, mib(written.Anon), mib(int64(writtenGo.HeapInuse)), float64(writtenGo.HeapInuse)/1024/float64(sandboxes))})
 	dropped := canDropCaches()
@@ -89,6 +108,7 @@ func runColdStart(ctx context.Context, r *runner) error {
 			return err
 		}
 		defer s.stop()
+		name += suffix
 		f := Figure{Name: name, Value: ms(s.took), Unit: "ms",
 			Conditions: fmt.Sprintf("%s, from the start of the process to the first /healthz answer; %s; %s", server, what, cond)}
 		if target > 0 {
@@ -98,13 +118,34 @@ func runColdStart(ctx context.Context, r *runner) error {
 		r.add(Figure{Name: "RSS after a " + name, Value: mib(s.mem.RSS), Unit: "MiB",
 			Conditions: fmt.Sprintf("VmRSS at the first /healthz answer: %.1f MiB anonymous, %.1f MiB of mapped files (RssFile), %.1f MiB of them the store file's mapping (smaps)",
 				mib(s.mem.Anon), mib(s.mem.File), mib(s.dbRSS))})
+		// Five seconds after the start the first retention pass has run:
+		// what the server holds then is what start-up and that pass cost.
+		if err := sleepCtx(ctx, time.Until(s.start.Add(afterStart))); err != nil {
+			return err
+		}
+		mem, err := readProcMem(s.pid)
+		if err != nil {
+			return err
+		}
+		cpu, err := procCPU(s.pid)
+		if err != nil {
+			return err
+		}
+		r.add(Figure{Name: "RSS 5 s after a " + name, Value: mib(mem.RSS), Unit: "MiB",
+			Conditions: fmt.Sprintf("VmRSS 5 s after the start of the process, its first retention pass run: %.1f MiB anonymous, %.1f MiB RssFile (%.1f KiB per sandbox), %.0f ms of CPU used in those 5 s",
+				mib(mem.Anon), mib(mem.File), float64(mem.File)/1024/float64(sandboxes), ms(cpu))})
+		r.add(Figure{Name: "CPU in the first 5 s after a " + name, Value: ms(cpu), Unit: "ms",
+			Conditions: "user and system CPU of the server from its start to 5 s after it (/proc/PID/stat): start-up, recovery and the first retention pass; " + what})
 		return nil
 	}
-	if err := measure("cold start", "page cache dropped first", true, time.Second); err != nil {
+	if err := measure("cold start", "page cache dropped first", true, 300*time.Millisecond); err != nil {
 		return err
 	}
 	if err := measure("warm start", "the file in the page cache", false, 0); err != nil {
 		return err
+	}
+	if !crash {
+		return nil
 	}
 	// A write, then a kill: the file is left as a crash leaves it.
 	c, err = startChild(ctx, r.cfg.ChildCommand, dir)
@@ -118,6 +159,34 @@ func runColdStart(ctx context.Context, r *runner) error {
 		return err
 	}
 	return measure("cold start after a crash", "the server before it was killed (kill -9) after a write; page cache dropped first", true, 0)
+}
+
+// afterStart is when, after its start, a server's memory and CPU are read
+// a second time: its first retention pass begins at once.
+const afterStart = 5 * time.Second
+
+// procCPU is the CPU time process pid has used, user and system, from
+// /proc/PID/stat (in USER_HZ ticks, 100 a second on Linux).
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: fields count
+	// from the last ')'.
+	f := bytes.Fields(b[bytes.LastIndexByte(b, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	var ticks int64
+	for _, v := range f[11:13] { // utime, stime
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }
 
 // coldEventSize is the text of each event of the cold-start data dir: with
@@ -143,10 +212,15 @@ func dropCaches() error {
 
 // started is a server whose start was timed.
 type started struct {
-	took  time.Duration
-	mem   procMem
-	dbRSS int64 // of mem.File, the store file's mapping
-	stop  func()
+	start time.Time
+	pid   int
+	// passed is closed when the server logs its first retention pass; nil
+	// for the child server, which runs none.
+	passed <-chan struct{}
+	took   time.Duration
+	mem    procMem
+	dbRSS  int64 // of mem.File, the store file's mapping
+	stop   func()
 }
 
 // mappedRSS sums the resident bytes of the mappings of pid whose file is
@@ -189,7 +263,7 @@ func (r *runner) timedStart(ctx context.Context, dir string) (*started, error) {
 			c.close()
 			return nil, err
 		}
-		s := &started{took: time.Since(start), stop: c.close}
+		s := &started{start: start, pid: c.cmd.Process.Pid, took: time.Since(start), stop: c.close}
 		s.mem, err = c.mem()
 		if err == nil {
 			s.dbRSS, err = mappedRSS(c.cmd.Process.Pid, "sparkles.db")
@@ -221,12 +295,18 @@ func (r *runner) timedStart(ctx context.Context, dir string) (*started, error) {
 		}
 	}
 	addr := make(chan string, 1)
+	passed := make(chan struct{})
 	tail := &tailBuffer{}
 	go func() {
 		defer close(exited)
+		seen := false // the first retention pass
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			tail.Write(append(sc.Bytes(), '\n'))
+			if !seen && bytes.Contains(sc.Bytes(), firstPassLine) {
+				close(passed)
+				seen = true
+			}
 			if m := servingLine.FindSubmatch(sc.Bytes()); m != nil {
 				select {
 				case addr <- string(m[1]):
@@ -250,7 +330,7 @@ func (r *runner) timedStart(ctx context.Context, dir string) (*started, error) {
 		stop()
 		return nil, err
 	}
-	s := &started{took: time.Since(start), stop: stop}
+	s := &started{start: start, pid: cmd.Process.Pid, took: time.Since(start), stop: stop, passed: passed}
 	s.mem, err = readProcMem(cmd.Process.Pid)
 	if err == nil {
 		s.dbRSS, err = mappedRSS(cmd.Process.Pid, "sparkles.db")
@@ -260,6 +340,24 @@ func (r *runner) timedStart(ctx context.Context, dir string) (*started, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+var firstPassLine = []byte(`msg="first retention pass"`)
+
+// settle waits for the server's first retention pass, which on a data dir
+// no server ran on before reads every log once.
+func (s *started) settle(ctx context.Context) error {
+	if s.passed == nil {
+		return nil
+	}
+	select {
+	case <-s.passed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Minute):
+		return errors.New("no first retention pass within 10 minutes")
+	}
 }
 
 // healthz asks a server at addr for /healthz once.

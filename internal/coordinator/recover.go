@@ -30,6 +30,9 @@ func (c *Coordinator) recoverAll(ctx context.Context) error {
 		}
 		for _, sb := range list {
 			after = sb.ID
+			if settled(sb) {
+				continue
+			}
 			if err := c.recoverOne(ctx, sb.ID, serverRestarted); err != nil {
 				return fmt.Errorf("sandbox %s: %w", sb.ID, err)
 			}
@@ -38,6 +41,21 @@ func (c *Coordinator) recoverAll(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// settled reports whether the listing alone shows a sandbox that recovery
+// leaves as it is: no current turn and an agent that was not running, so
+// its state need not be read. Pending approvals belong to the current
+// turn: a turn's end resolves them in the same append (translate).
+func settled(sb sandbox.Sandbox) bool {
+	if sb.CurrentTurn != nil {
+		return false
+	}
+	switch sb.Status {
+	case sandbox.StatusCreating, sandbox.StatusBooting, sandbox.StatusReady, sandbox.StatusStopping:
+		return false
+	}
+	return true
 }
 
 // settleReason is what the log says about the turns a recovery ends and

@@ -1,0 +1,78 @@
+package coordinator_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/bolttest"
+	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// stateCounter is a store that records whose state was read.
+type stateCounter struct {
+	*boltstore.Store
+	mu   sync.Mutex
+	read map[string]int
+}
+
+func (s *stateCounter) State(ctx context.Context, id string) (sandbox.State, error) {
+	s.mu.Lock()
+	s.read[id]++
+	s.mu.Unlock()
+	return s.Store.State(ctx, id)
+}
+
+// Recovery reads the state only of the sandboxes the listing shows open (a
+// current turn, or an agent that was running): a start costs what the
+// sandboxes' metadata costs, not what their states hold.
+func TestRecoverReadsOnlyOpenStates(t *testing.T) {
+	st := bolttest.MustOpenAt(t, filepath.Join(t.TempDir(), "sparkles.db"), boltstore.Options{})
+	now := time.Date(2026, 8, 1, 9, 0, 0, 0, time.UTC)
+	statuses := map[string]string{
+		"c_1": sandbox.StatusStopped, "c_2": sandbox.StatusFailed, "c_3": sandbox.StatusDeleted,
+		"c_4": sandbox.StatusReady, "c_5": sandbox.StatusStopped,
+	}
+	for id, status := range statuses {
+		sb := sandbox.Sandbox{ID: id, Object: "sandbox", Status: status, Agent: "demo", CreatedAt: now, UpdatedAt: now}
+		if err := st.Create(context.Background(), sb, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// c_5 is stopped with a turn still open, as a crash mid-turn leaves it.
+	err := st.Append(context.Background(), "c_5", []*sandbox.Event{{Type: sandbox.TypeTurnStarted, TS: now, SandboxID: "c_5", TurnID: "turn_1",
+		Data: &sandbox.TurnStarted{Input: sandbox.TextInput("hi")}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sc := &stateCounter{Store: st, read: map[string]int{}}
+	co, err := coordinator.New(coordinator.Config{Store: sc, DataDir: t.TempDir(), FlushInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	if err := co.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c_1", "c_2", "c_3"} {
+		if n := sc.read[id]; n != 0 {
+			t.Errorf("%s (%s, no turn): state read %d times, want none", id, statuses[id], n)
+		}
+	}
+	for _, id := range []string{"c_4", "c_5"} {
+		if sc.read[id] == 0 {
+			t.Errorf("%s: state never read, want it settled", id)
+		}
+	}
+	if sb, _ := st.Sandbox(context.Background(), "c_4"); sb.Status != sandbox.StatusStopped {
+		t.Errorf("c_4 after recovery: %s, want stopped", sb.Status)
+	}
+	if sb, _ := st.Sandbox(context.Background(), "c_5"); sb.CurrentTurn != nil {
+		t.Errorf("c_5 after recovery: current turn %+v, want none", sb.CurrentTurn)
+	}
+}

@@ -131,9 +131,11 @@ var scenarios = []scenario{
 	{"stall-snapshot", "300 readers that never read a 5 MB snapshot: server memory per connection", runStallSnapshot, 5 * time.Minute},
 	{"agents", "1,000 sandboxes whose idle agents stopped: server memory per sandbox; a turn on a stopped sandbox to its first event", runAgents, 10 * time.Minute},
 	{"coldstart", "start of a server on 2,000 sandboxes x 1,000 events (1.3 GB), page cache dropped: time to /healthz, RSS", runColdStart, 20 * time.Minute},
+	{"crashstart", "start of a server on 2,000 sandboxes x 1,000 events (1.3 GB) that a kill -9 left: time to /healthz, RSS", runCrashStart, 20 * time.Minute},
 	{"size", "the store file against what it holds: 100,000 events in one sandbox, then a prune of half and as many appends", runSize, 10 * time.Minute},
+	{"turncost", "one agent announcing a new tool call per update: the server's CPU per event at the turn's 100,000th tool call against its 100th", runTurnCost, 10 * time.Minute},
 	{"workspace", "a 10,000-file, 200 MiB workspace: a turn boundary with 10 files changed, its change list and diff, the tar.gz of the tree", runWorkspace, 5 * time.Minute},
-	{"peer", "Sparkles and Mercure side by side (needs --peer-mercure): durable events/s, fan-out, idle connections, replay, file size", runPeer, 30 * time.Minute},
+	{"peer", "Sparkles and Mercure side by side (needs --peer-mercure): durable events/s (agents cycling 16 tool calls, and a new tool call per update), fan-out, idle connections, replay, file size, cold start", runPeer, 30 * time.Minute},
 }
 
 // Names lists the scenarios in the order they run.

@@ -35,7 +35,7 @@ const EnvChild = "SPARKLES_BENCH_CHILD"
 // JSON reply per line on its stdout. The first line it writes, unasked, is
 // its address and token. It exits when its stdin closes.
 type childRequest struct {
-	Op   string   `json:"op"` // create, tools, load, stop, mem, profile, cpu; turns, settle, wake (agents); flood, unflood, filltools, file (peer)
+	Op   string   `json:"op"` // create, tools, load, stop, mem, profile, cpu; turns, settle, wake (agents); flood, floodnew, unflood, filltools, file (peer)
 	N    int      `json:"n,omitempty"`
 	Fill int      `json:"fill,omitempty"` // events appended to each new sandbox
 	IDs  []string `json:"ids,omitempty"`
@@ -131,8 +131,12 @@ func RunChild(ctx context.Context, dir string, in io.Reader, out io.Writer) erro
 			err = l.streams.agents.waitNone(ctx)
 		case "wake":
 			rep.Millis, err = wakeTurns(ctx, l, req.IDs)
-		case "flood":
-			err = startFloods(ctx, l, req.IDs, floods)
+		case "flood", "floodnew": // floodnew: a new tool call per update
+			prompt := floodCycle
+			if req.Op == "floodnew" {
+				prompt = floodNew
+			}
+			err = startFloods(ctx, l, req.IDs, prompt, floods)
 		case "unflood":
 			err = stopFloods(ctx, l, floods)
 		case "filltools":

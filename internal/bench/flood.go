@@ -27,10 +27,39 @@ const floodTools = 16
 // size.
 const floodTitle = eventSize
 
+// The prompts of a flooding turn. floodCycle's cycles through floodTools
+// tool calls, updating each again and again; floodNew's announces a new
+// tool call with every update, each already completed, as a long
+// autonomous turn does (real agents announce each tool once), so that the
+// turn's tools grow with its length.
+const (
+	floodCycle = "flood"
+	floodNew   = "flood new-ids"
+)
+
+// floodUpdate is the tool_call update number i of a flooding turn, fresh
+// when the turn announces a new tool call with every update.
+func floodUpdate(i int, fresh bool) map[string]any {
+	id, status := fmt.Sprintf("call_%d", i%floodTools), "in_progress"
+	if fresh {
+		id, status = fmt.Sprintf("call_%d", i), "completed"
+	}
+	title := fmt.Sprintf("step %d ", i)
+	if pad := floodTitle - len(title); pad > 0 {
+		title += strings.Repeat("x", pad)
+	}
+	return map[string]any{
+		"sessionUpdate": "tool_call", "toolCallId": id,
+		"title": title, "kind": "read", "status": status,
+	}
+}
+
 // RunFloodAgent runs an ACP agent on in and out that answers initialize
 // and session/new, and answers each session/prompt by sending tool_call
 // session updates as fast as out takes them, until the client cancels the
-// turn (session/cancel); it then answers the prompt "cancelled". It returns
+// turn (session/cancel); it then answers the prompt "cancelled". The
+// prompt floodNew makes every update a new tool call; any other cycles
+// through floodTools of them. It returns
 // when in ends. It is the peer scenario's producer: the real input path of
 // a sandbox, from an agent's stdout through translation and group commit to
 // the log.
@@ -64,7 +93,13 @@ func RunFloodAgent(ctx context.Context, in io.Reader, out io.Writer) error {
 		case "session/new":
 			err = a.reply(m.ID, map[string]string{"sessionId": "flood-session"})
 		case "session/prompt":
-			a.start(m.ID)
+			var p struct {
+				Prompt []struct {
+					Text string `json:"text"`
+				} `json:"prompt"`
+			}
+			_ = json.Unmarshal(m.Params, &p)
+			a.start(m.ID, len(p.Prompt) > 0 && p.Prompt[0].Text == floodNew)
 		case "session/cancel":
 			a.stop()
 		default:
@@ -90,8 +125,8 @@ type floodAgent struct {
 }
 
 // start floods updates on a goroutine of its own until stop, then answers
-// the prompt of id.
-func (a *floodAgent) start(id json.RawMessage) {
+// the prompt of id; fresh makes each a new tool call.
+func (a *floodAgent) start(id json.RawMessage, fresh bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cancel != nil {
@@ -102,7 +137,6 @@ func (a *floodAgent) start(id json.RawMessage) {
 	cancel := make(chan struct{})
 	a.cancel = cancel
 	a.wg.Go(func() {
-		pad := strings.Repeat("x", floodTitle)
 		for i := 0; ; i++ {
 			select {
 			case <-cancel:
@@ -110,13 +144,8 @@ func (a *floodAgent) start(id json.RawMessage) {
 				return
 			default:
 			}
-			title := fmt.Sprintf("step %d ", i)
 			line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{
-				"sessionId": "flood-session",
-				"update": map[string]any{
-					"sessionUpdate": "tool_call", "toolCallId": fmt.Sprintf("call_%d", i%floodTools),
-					"title": title + pad[:max(0, floodTitle-len(title))], "kind": "read", "status": "in_progress",
-				},
+				"sessionId": "flood-session", "update": floodUpdate(i, fresh),
 			}})
 			if a.write(append(line, '\n')) != nil {
 				return
@@ -154,12 +183,13 @@ func (a *floodAgent) write(line []byte) error {
 	return err
 }
 
-// startFloods starts a flooding turn in each sandbox of ids and records it
-// in floods; it returns once every turn has started.
-func startFloods(ctx context.Context, l *local, ids []string, floods map[string]string) error {
+// startFloods starts a flooding turn of prompt (floodCycle or floodNew) in
+// each sandbox of ids and records it in floods; it returns once every turn
+// has started.
+func startFloods(ctx context.Context, l *local, ids []string, prompt string, floods map[string]string) error {
 	turns := make([]string, len(ids))
 	err := parallel(ctx, len(ids), 32, func(ctx context.Context, i int) error {
-		turn, err := l.coord.StartTurn(ctx, ids[i], "flood")
+		turn, err := l.coord.StartTurn(ctx, ids[i], prompt)
 		turns[i] = turn.ID
 		return err
 	})

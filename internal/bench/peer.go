@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,7 +19,8 @@ import (
 // one machine: each part measures Sparkles, then Mercure, under the same
 // load, and reports both values and their ratio, sparkles/mercure. Both
 // servers run as child processes of the bench, whose client drives them
-// alike: the same SSE reader, the same payload sizes.
+// alike: the same SSE reader, the same payload sizes. Last, each starts
+// on a store of 100,000 events (peerStart).
 func runPeer(ctx context.Context, r *runner) error {
 	if r.cfg.PeerMercure == "" {
 		return errors.New("the peer scenario needs the mercure-peer binary: internal/bench/mercure/run builds it and runs the scenario, " +
@@ -52,8 +54,18 @@ func runPeer(ctx context.Context, r *runner) error {
 	if err := peerIdle(ctx, r); err != nil {
 		return fmt.Errorf("idle: %w", err)
 	}
-	if err := peerLog(ctx, r); err != nil {
+	// Mercure's file of peerLog is the one its cold start opens.
+	dir, cleanup, err := r.tempDir()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	mercureDB := filepath.Join(dir, "mercure.db")
+	if err := peerLog(ctx, r, mercureDB); err != nil {
 		return fmt.Errorf("replay and file size: %w", err)
+	}
+	if err := peerStart(ctx, r, mercureDB); err != nil {
+		return fmt.Errorf("cold start: %w", err)
 	}
 	return nil
 }
@@ -70,6 +82,10 @@ type pair struct {
 	// target is what the ratio is held to (at least, when higher is
 	// better; at most otherwise); 0 for none.
 	target float64
+	// mercureShown says the Mercure value is a figure already, of
+	// another pair measured against the same run: only the Sparkles
+	// value and the ratio are added.
+	mercureShown bool
 }
 
 // addPair adds the two values and their ratio, sparkles/mercure. A Mercure
@@ -82,7 +98,9 @@ func (r *runner) addPair(p pair) {
 		return a + "; " + b
 	}
 	r.add(Figure{Name: p.name + ", sparkles", Value: p.sparkles, Unit: p.unit, Conditions: join(p.cond, p.sCond)})
-	r.add(Figure{Name: p.name + ", mercure", Value: p.mercure, Unit: p.unit, Conditions: join(p.cond, p.mCond)})
+	if !p.mercureShown {
+		r.add(Figure{Name: p.name + ", mercure", Value: p.mercure, Unit: p.unit, Conditions: join(p.cond, p.mCond)})
+	}
 	if p.mercure == 0 {
 		return
 	}
@@ -107,10 +125,13 @@ func (r *runner) addPair(p pair) {
 // on Mercure a publisher per topic, each waiting for its publish to be
 // acknowledged. Both count the events at an SSE subscriber per
 // sandbox or topic, over the same window once every subscriber has seen
-// its first event.
+// its first event. Sparkles is measured twice, before and after Mercure:
+// with agents that cycle through floodTools tool calls, and with agents
+// that announce a new tool call with every update, as real ones do, whose
+// window starts once the turns hold peerLongTurn tool calls in all.
 func peerProducers(ctx context.Context, r *runner, n int, target bool) error {
 	d := pick(r, 5*time.Second, 300*time.Millisecond)
-	s, err := sparklesProducers(ctx, r, n, d)
+	s, err := sparklesProducers(ctx, r, n, d, false, 0)
 	if err != nil {
 		return fmt.Errorf("sparkles: %w", err)
 	}
@@ -118,6 +139,11 @@ func peerProducers(ctx context.Context, r *runner, n int, target bool) error {
 	m, err := mercureProducers(ctx, r, n, d, size)
 	if err != nil {
 		return fmt.Errorf("mercure: %w", err)
+	}
+	warm := int64(pick(r, peerLongTurn, 200))
+	fresh, err := sparklesProducers(ctx, r, n, d, true, warm)
+	if err != nil {
+		return fmt.Errorf("sparkles, a new tool call per update: %w", err)
 	}
 	p := pair{name: "durable events/s, " + plural(n, "producer"), unit: "events/s", sparkles: s.rate, mercure: m.rate, higher: true,
 		cond: fmt.Sprintf("%s, each with its own sandbox or topic and an SSE subscriber on it that counts; events of %d bytes of data; counted over %s once every subscriber had its first",
@@ -129,8 +155,20 @@ func peerProducers(ctx context.Context, r *runner, n int, target bool) error {
 		p.target = 20
 	}
 	r.addPair(p)
+	r.addPair(pair{name: "durable events/s, " + plural(n, "producer") + ", a new tool call per update", unit: "events/s",
+		sparkles: fresh.rate, mercure: m.rate, higher: true, mercureShown: true,
+		cond: fmt.Sprintf("as the figure above, against the same Mercure run, but each agent announces a new tool call with every update, each completed, "+
+			"as a long autonomous turn does; counted over %s once the turns held %s tool calls in all (%s each): translation, group commit, fsync, SSE "+
+			"(%.0f events of %d bytes of data)", d, thousands(warm), thousands(warm/int64(n)), float64(fresh.window), fresh.bytes/max(fresh.events, 1)),
+	})
 	return nil
 }
+
+// peerLongTurn is how many tool calls the turns of the peer scenario's
+// agents that announce a new one with every update hold, in all, before
+// their events are counted: one producer's turn is then as long as the
+// turn whose cost grew with its length.
+const peerLongTurn = 100000
 
 type producersResult struct {
 	rate          float64
@@ -138,7 +176,10 @@ type producersResult struct {
 	events, bytes int64 // over the whole run, for the payload size
 }
 
-func sparklesProducers(ctx context.Context, r *runner, n int, d time.Duration) (producersResult, error) {
+// sparklesProducers floods n sandboxes, each with an agent process; fresh
+// makes every update a new tool call. The window starts once every
+// subscriber has its first event and, with warm, warm/n events.
+func sparklesProducers(ctx context.Context, r *runner, n int, d time.Duration, fresh bool, warm int64) (producersResult, error) {
 	c, closeServer, err := r.child(ctx, EnvChildAgent+"=flood")
 	if err != nil {
 		return producersResult{}, err
@@ -154,7 +195,11 @@ func sparklesProducers(ctx context.Context, r *runner, n int, d time.Duration) (
 	}
 	defer closeAll(subs)
 	r.logf("sparkles: %s flooding", plural(n, "agent"))
-	if _, err := c.do(ctx, childRequest{Op: "flood", IDs: created.IDs}); err != nil {
+	op := "flood"
+	if fresh {
+		op = "floodnew"
+	}
+	if _, err := c.do(ctx, childRequest{Op: op, IDs: created.IDs}); err != nil {
 		return producersResult{}, err
 	}
 	count := func() (sum int64) {
@@ -165,6 +210,9 @@ func sparklesProducers(ctx context.Context, r *runner, n int, d time.Duration) (
 	}
 	for _, s := range subs {
 		if err := s.waitFor(ctx, 1); err != nil {
+			return producersResult{}, err
+		}
+		if err := waitEvents(ctx, s, warm/int64(n)); err != nil {
 			return producersResult{}, err
 		}
 	}
@@ -487,14 +535,14 @@ func openStreams(ctx context.Context, n int, open func(ctx context.Context, i in
 // peerLog fills one sandbox and one topic with the same number of events
 // of the same size, then measures the file each store keeps them in and
 // the time to replay them all over SSE from the start.
-func peerLog(ctx context.Context, r *runner) error {
-	n := pick(r, 100000, 2000)
+func peerLog(ctx context.Context, r *runner, mercureDB string) error {
+	n := peerLogEvents(r)
 	turn := pick(r, 1000, 100)
 	s, err := sparklesLog(ctx, r, n, turn)
 	if err != nil {
 		return fmt.Errorf("sparkles: %w", err)
 	}
-	m, err := mercureLog(ctx, r, n, s.sample)
+	m, err := mercureLog(ctx, r, mercureDB, n, s.sample)
 	if err != nil {
 		return fmt.Errorf("mercure: %w", err)
 	}
@@ -590,16 +638,21 @@ func replaySparkles(ctx context.Context, addr, token, id string, n int) (time.Du
 	return time.Since(start), sample, nil
 }
 
+// peerLogEvents is how many events peerLog fills each store with.
+func peerLogEvents(r *runner) int { return pick(r, 100000, 2000) }
+
 // mercureFillers is how many publishers fill Mercure's topic for peerLog.
 const mercureFillers = 16
 
-func mercureLog(ctx context.Context, r *runner, n int, payload []byte) (logResult, error) {
+// mercureLog fills a Mercure hub on the bolt file db, which it leaves for
+// the cold start.
+func mercureLog(ctx context.Context, r *runner, db string, n int, payload []byte) (logResult, error) {
 	var res logResult
-	p, closePeer, err := r.peer(ctx)
+	p, err := startPeer(ctx, r.cfg.PeerMercure, db)
 	if err != nil {
 		return res, err
 	}
-	defer closePeer()
+	defer p.close()
 	r.logf("mercure: publishing %d events", n)
 	pub := p.publisher(mercureFillers)
 	defer pub.close()

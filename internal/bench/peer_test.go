@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -141,7 +142,7 @@ func TestPeerSparkles(t *testing.T) {
 	defer cancel()
 	r := &runner{name: "peer", cfg: Config{Short: true, Dir: t.TempDir(), ChildCommand: []string{os.Args[0]}, Log: t.Output()}}
 	t.Run("Producers", func(t *testing.T) {
-		res, err := sparklesProducers(ctx, r, 2, 200*time.Millisecond)
+		res, err := sparklesProducers(ctx, r, 2, 200*time.Millisecond, false, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,6 +151,36 @@ func TestPeerSparkles(t *testing.T) {
 		}
 		if size := res.bytes / res.events; size < floodTitle {
 			t.Fatalf("events of %d bytes of data, want more than the title's %d", size, floodTitle)
+		}
+	})
+	t.Run("ProducersNewIDs", func(t *testing.T) {
+		const warm = 100
+		res, err := sparklesProducers(ctx, r, 2, 200*time.Millisecond, true, warm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.window <= 0 || res.events < warm+res.window {
+			t.Fatalf("%+v: the window did not start after the turns held %d tool calls", res, warm)
+		}
+	})
+	t.Run("LongTurn", func(t *testing.T) {
+		dir := t.TempDir()
+		const n = 300
+		size, err := fillLongTurn(ctx, r, dir, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if size < floodTitle {
+			t.Fatalf("events of %d bytes of data, want more than the title's %d", size, floodTitle)
+		}
+		// The store the turn left opens again: the cold start's server.
+		s, err := r.timedStart(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.stop()
+		if s.took <= 0 || s.mem.RSS <= 0 {
+			t.Fatalf("start %+v", s)
 		}
 	})
 	t.Run("Log", func(t *testing.T) {
@@ -171,4 +202,108 @@ func TestPeerSparkles(t *testing.T) {
 			t.Fatalf("sample %s is not a tool.updated event: %v", res.sample, err)
 		}
 	})
+}
+
+func TestAddPairMercureShown(t *testing.T) {
+	r := &runner{name: "peer"}
+	r.addPair(pair{name: "durable events/s, 1 producer, a new tool call per update", unit: "events/s", sparkles: 3000, mercure: 1000, higher: true, mercureShown: true})
+	if got, want := len(r.figures), 2; got != want {
+		t.Fatalf("%d figures, want %d (the Mercure value is another pair's): %+v", got, want, r.figures)
+	}
+	if s, ratio := r.figures[0], r.figures[1]; !strings.HasSuffix(s.Name, ", sparkles") || ratio.Value != 3 || !strings.HasSuffix(ratio.Name, ", sparkles/mercure") {
+		t.Fatalf("figures %+v", r.figures)
+	}
+}
+
+func TestFloodUpdate(t *testing.T) {
+	ids := map[string]bool{}
+	for i := range 3 * floodTools {
+		u := floodUpdate(i, false)
+		ids[u["toolCallId"].(string)] = true
+		if u["status"] != "in_progress" || len(u["title"].(string)) != floodTitle {
+			t.Fatalf("update %d: %v", i, u)
+		}
+	}
+	if len(ids) != floodTools {
+		t.Fatalf("a cycling flood named %d tool calls, want %d", len(ids), floodTools)
+	}
+	clear(ids)
+	for i := range 3 * floodTools {
+		u := floodUpdate(i, true)
+		ids[u["toolCallId"].(string)] = true
+		if u["status"] != "completed" || len(u["title"].(string)) != floodTitle {
+			t.Fatalf("update %d: %v", i, u)
+		}
+	}
+	if len(ids) != 3*floodTools {
+		t.Fatalf("a flood of new tool calls named %d in %d updates", len(ids), 3*floodTools)
+	}
+}
+
+// TestFloodAgentNewIDs speaks ACP to the flooding agent: the prompt
+// floodNew makes each update a new tool call, and a cancel ends the turn.
+func TestFloodAgentNewIDs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- RunFloodAgent(ctx, inR, outW); outW.Close() }()
+	send := func(s string) {
+		if _, err := io.WriteString(inW, s+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := bufio.NewScanner(outR)
+	out.Buffer(nil, 1<<20)
+	type message struct {
+		ID     json.RawMessage `json:"id"`
+		Result struct {
+			StopReason string `json:"stopReason"`
+		} `json:"result"`
+		Params struct {
+			Update struct {
+				ToolCallID string `json:"toolCallId"`
+				Status     string `json:"status"`
+			} `json:"update"`
+		} `json:"params"`
+	}
+	next := func() message {
+		if !out.Scan() {
+			t.Fatalf("the agent's output ended: %v", out.Err())
+		}
+		var m message
+		if err := json.Unmarshal(out.Bytes(), &m); err != nil {
+			t.Fatalf("%s: %v", out.Bytes(), err)
+		}
+		return m
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)
+	next()
+	send(`{"jsonrpc":"2.0","id":2,"method":"session/new","params":{}}`)
+	next()
+	send(`{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"flood-session","prompt":[{"type":"text","text":"` + floodNew + `"}]}}`)
+	seen := map[string]bool{}
+	for range 100 {
+		u := next().Params.Update
+		if seen[u.ToolCallID] || u.Status != "completed" {
+			t.Fatalf("update of tool call %q (%s) after %d new ones", u.ToolCallID, u.Status, len(seen))
+		}
+		seen[u.ToolCallID] = true
+	}
+	send(`{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"flood-session"}}`)
+	for {
+		m := next()
+		if string(m.ID) == "3" {
+			if m.Result.StopReason != "cancelled" {
+				t.Fatalf("the prompt ended %q, want cancelled", m.Result.StopReason)
+			}
+			break
+		}
+	}
+	inW.Close()
+	go func() { _, _ = io.Copy(io.Discard, outR) }()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,7 +1,8 @@
 // Command mercure-peer runs a Mercure hub (github.com/dunglas/mercure) with
 // its bolt transport on a loopback address, as the peer that `sparkles bench
 // --scenario peer` measures Sparkles against. It prints the address it
-// listens on as its first line on stdout, then serves until it is
+// listens on as its first line on stdout, answers GET /healthz with 200
+// besides the hub's own routes, then serves until it is
 // interrupted or, with -stdin, until its standard input closes. With -stdin
 // it also answers the line "gc" with "ok" once it has collected garbage and
 // returned the freed memory to the OS, so that a reading of its RSS holds
@@ -121,7 +122,12 @@ func run() error {
 		return err
 	}
 	fmt.Println(ln.Addr().String())
-	srv := &http.Server{Handler: hub, ReadHeaderTimeout: 10 * time.Second}
+	// /healthz answers once the hub and its transport are open: the
+	// bench times a start to its first answer, as it does Sparkles'.
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.Handle("/", hub)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 

@@ -1,0 +1,154 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// peerStart measures how long each server takes to start on a store of
+// peerLogEvents events, from the exec of its process to its first answer
+// of /healthz: Sparkles on one sandbox whose agent announced that many
+// tool calls in one turn, Mercure on the topic peerLog filled (mercureDB),
+// with events of about the same size. The starts alternate, each with the
+// page cache dropped first where the bench may (root); the figures are
+// the medians.
+func peerStart(ctx context.Context, r *runner, mercureDB string) error {
+	n := int64(peerLogEvents(r))
+	dir, cleanup, err := r.tempDir()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	r.logf("sparkles: an agent announcing %d tool calls in one turn", n)
+	size, err := fillLongTurn(ctx, r, dir, n)
+	if err != nil {
+		return err
+	}
+	sFile, err := fileSize(filepath.Join(dir, "sparkles.db"))
+	if err != nil {
+		return err
+	}
+	mFile, err := fileSize(mercureDB)
+	if err != nil {
+		return err
+	}
+	cold := canDropCaches()
+	if !cold {
+		r.logf("not root: the page cache cannot be dropped, so the starts are warm")
+	}
+	var sTook, mTook []time.Duration
+	var sMem, mMem procMem
+	for range pick(r, 3, 1) {
+		if cold {
+			if err := dropCaches(); err != nil {
+				return err
+			}
+		}
+		s, err := r.timedStart(ctx, dir)
+		if err != nil {
+			return fmt.Errorf("sparkles: %w", err)
+		}
+		s.stop()
+		sTook, sMem = append(sTook, s.took), s.mem
+		if cold {
+			if err := dropCaches(); err != nil {
+				return err
+			}
+		}
+		took, mem, err := timedPeerStart(ctx, r.cfg.PeerMercure, mercureDB)
+		if err != nil {
+			return fmt.Errorf("mercure: %w", err)
+		}
+		mTook, mMem = append(mTook, took), mem
+	}
+	name, how := "cold start", "page cache dropped before each start"
+	if !cold {
+		name, how = "warm start", "the files in the page cache: the bench is not root and cannot drop it"
+	}
+	server := "the bench's child server"
+	if len(r.cfg.ServeCommand) > 0 {
+		server = "sparkles serve"
+	}
+	p := pair{name: fmt.Sprintf("%s on %s events", name, thousands(n)), unit: "ms",
+		sparkles: ms(medianDuration(sTook)), mercure: ms(medianDuration(mTook)),
+		cond: fmt.Sprintf("from the exec of the server's process to its first /healthz answer; %s; starts alternating, median of %d each", how, len(sTook)),
+		sCond: fmt.Sprintf("%s on one sandbox whose agent process announced %s tool calls in one turn (events of %d bytes of data), then stopped cleanly: a %.1f MiB file; VmRSS %.1f MiB at the answer",
+			server, thousands(n), size, mib(sFile), mib(sMem.RSS)),
+		mCond: fmt.Sprintf("mercure-peer on the bolt file of the replay above: one topic of %s updates, a %.1f MiB file; VmRSS %.1f MiB at the answer",
+			thousands(n), mib(mFile), mib(mMem.RSS)),
+	}
+	if cold {
+		p.target = 1 // Sparkles no slower than Mercure
+	}
+	r.addPair(p)
+	return nil
+}
+
+// fillLongTurn fills a store in dir with one sandbox whose agent process
+// announces n tool calls, a new one with every update, in one turn, then
+// cancels the turn and stops the server cleanly. It returns the events'
+// mean size of data.
+func fillLongTurn(ctx context.Context, r *runner, dir string, n int64) (int64, error) {
+	c, err := r.startChild(ctx, dir, EnvChildAgent+"=flood")
+	if err != nil {
+		return 0, err
+	}
+	defer c.close()
+	created, err := c.do(ctx, childRequest{Op: "create", N: 1})
+	if err != nil {
+		return 0, err
+	}
+	sub, err := subscribe(ctx, c.addr, c.token, created.IDs[0], -1)
+	if err != nil {
+		return 0, err
+	}
+	defer sub.close()
+	if _, err := c.do(ctx, childRequest{Op: "floodnew", IDs: created.IDs}); err != nil {
+		return 0, err
+	}
+	if err := waitEvents(ctx, sub, n); err != nil {
+		return 0, err
+	}
+	if _, err := c.do(ctx, childRequest{Op: "unflood"}); err != nil {
+		return 0, err
+	}
+	return sub.bytes.Load() / max(sub.count.Load(), 1), nil
+}
+
+// timedPeerStart starts mercure-peer on db and times it to its first
+// /healthz answer; it stops it before it returns.
+func timedPeerStart(ctx context.Context, path, db string) (time.Duration, procMem, error) {
+	start := time.Now()
+	p, err := startPeer(ctx, path, db)
+	if err != nil {
+		return 0, procMem{}, err
+	}
+	defer p.close()
+	if err := healthz(ctx, p.addr); err != nil {
+		return 0, procMem{}, err
+	}
+	took := time.Since(start)
+	mem, err := readProcMem(p.cmd.Process.Pid)
+	return took, mem, err
+}
+
+func fileSize(path string) (int64, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
+// medianDuration is the median of ds, the upper one of an even count.
+func medianDuration(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(ds))
+	return s[len(s)/2]
+}

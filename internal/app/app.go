@@ -176,19 +176,36 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 	}
 	m.token, m.tokenPath = token, tokenPath
-	if err := m.openLauncher(); err != nil {
-		return err
-	}
+	// The confinement probe runs a confined process (a few hundred ms) and
+	// the store's open reads its file: neither needs the other, so they
+	// run side by side and a start costs the longer of the two. A launcher
+	// that cannot confine fails the start first, as it did alone.
+	launched := make(chan error, 1)
+	go func() { launched <- m.openLauncher() }()
 	m.Metrics = metrics.New()
 	obs := observers{m.Metrics, m.Observer}
 	if m.Observer == nil {
 		obs.extra = NopObserver{}
 	}
 	st, where := m.Store, "the given store"
+	var storeErr error
 	if st == nil {
-		if st, where, err = m.openStore(ctx); err != nil {
-			return err
+		st, where, storeErr = m.openStore(ctx)
+	}
+	if err := <-launched; err != nil {
+		if storeErr == nil && m.Store == nil {
+			// Opened here for a start that does not happen: let go of it
+			// (and of the cluster a NATS store joined) before saying why.
+			if m.Cluster != nil {
+				m.Cluster.Close()
+				m.Cluster = nil
+			}
+			st.Close()
 		}
+		return err
+	}
+	if storeErr != nil {
+		return storeErr
 	}
 	m.Store = st
 	var cluster cluster.Cluster

@@ -52,7 +52,6 @@ func BenchmarkAppend(b *testing.B) {
 }
 
 func benchWriters(b *testing.B, writers int) {
-	ctx := context.Background()
 	obs := &countingObserver{}
 	s := MustOpenStoreAt(b, filepath.Join(b.TempDir(), "sparkles.db"), Options{Observer: obs})
 	ids := make([]string, writers)
@@ -60,9 +59,16 @@ func benchWriters(b *testing.B, writers int) {
 		ids[i] = fmt.Sprintf("c_%04d", i)
 		mustCreate(b, s, ids[i])
 	}
+	appendFromAll(b, s, obs, ids)
+}
+
+// appendFromAll appends b.N one-event appends from a writer per sandbox
+// of ids, each waiting for its append, and reports what the commits cost.
+func appendFromAll(b *testing.B, s *Store, obs *countingObserver, ids []string) {
+	ctx := context.Background()
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, writers)
+	errs := make(chan error, len(ids))
 	m := startAppend(s.db)
 	m.obs = obs
 	obs.reset()

@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"go.etcd.io/bbolt"
@@ -49,33 +47,7 @@ func BenchmarkAppendFreePages(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, writers)
-	m := startAppend(s.db)
-	m.obs = obs
-	obs.reset()
-	b.ResetTimer()
-	for _, id := range ids {
-		wg.Go(func() {
-			for next.Add(1) <= int64(b.N) {
-				if err := s.Append(ctx, id, []*sandbox.Event{benchEvent()}, nil); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := s.flush(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	m.report(b)
+	appendFromAll(b, s, obs, ids)
 	b.ReportMetric(float64(st.FreePages), "free-pages-before")
 }
 

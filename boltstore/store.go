@@ -262,7 +262,9 @@ func (l walLimits) orDefaults() walLimits {
 	def(&l.chunkSandboxes, defaultChunkSandboxes)
 	def(&l.truncateBatch, defaultTruncateBatch)
 	def(&l.valueMax, defaultWALValueMax)
-	def(&l.freelistMax, defaultFreelistMax)
+	if l.freelistMax == 0 { // negative: no commit writes the list (tests)
+		l.freelistMax = defaultFreelistMax
+	}
 	return l
 }
 

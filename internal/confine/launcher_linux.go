@@ -523,6 +523,10 @@ func (l *Launcher) probe() error {
 		return fmt.Errorf("probe: %w", err)
 	}
 	sp.Read = append(sp.Read, l.self)
+	// The probe proves the confinement, not the route out: pasta, which
+	// takes most of a start's time, never makes an agent's network more
+	// than it is (connectNet), so the probe runs without it.
+	sp.Network = NetworkNone
 	release, err := l.start(cmd, sp)
 	if err != nil {
 		return namespaceError(err)

@@ -62,7 +62,7 @@ type FromPruner interface {
 // restarts: every turn that completed at or before a sandbox's mark is
 // compacted, so the first pass after a start reads each log from its mark,
 // not from its head. A store without it is read whole by the first pass.
-// boltstore implements it.
+// Both stores implement it.
 type Marker interface {
 	// CompactionMark returns the mark of sandbox id, 0 when none is set.
 	CompactionMark(id string) (uint64, error)

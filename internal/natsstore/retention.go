@@ -2,6 +2,7 @@ package natsstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -324,6 +325,9 @@ func (s *Store) Drop(ctx context.Context, id string) error {
 	if err := s.kv.Purge(ctx, configKey(id)); err != nil {
 		return fmt.Errorf("drop %s: config: %w", id, err)
 	}
+	if err := s.kv.Purge(ctx, markKey(id)); err != nil {
+		return fmt.Errorf("drop %s: compaction mark: %w", id, err)
+	}
 	s.mu.Lock()
 	rev := e.rev
 	s.mu.Unlock()
@@ -452,6 +456,61 @@ func (s *Store) checkOne(ctx context.Context, id string, st *sandbox.State) erro
 	// load counts it.
 	if held != st.LogBytes && (st.LogBytes != 0 || m.OldestEventID == 0) {
 		return fmt.Errorf("sandbox %s: the state counts %d bytes of events, the log holds %d", id, st.LogBytes, held)
+	}
+	return nil
+}
+
+// markKey holds retention's compaction mark of a sandbox (retention.Marker):
+// 8 bytes, big-endian; every turn completed at or before it is compacted.
+// The mark describes the shared log, so a node that takes a sandbox over
+// resumes where the last one left off.
+func markKey(id string) string { return "mark." + id }
+
+// CompactionMark returns the compaction mark of sandbox id, 0 when none was
+// set, so that the loop's first pass after a start reads its log from
+// there instead of from its head.
+func (s *Store) CompactionMark(id string) (uint64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	if !validID(id) {
+		return 0, notFound(id)
+	}
+	ctx, cancel := s.opCtx(context.Background())
+	defer cancel()
+	kve, err := s.kv.Get(ctx, markKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("compaction mark of %s: %w", id, err)
+	}
+	if v := kve.Value(); len(v) == 8 {
+		return binary.BigEndian.Uint64(v), nil
+	}
+	return 0, nil
+}
+
+// SetCompactionMarks sets the compaction marks of several sandboxes,
+// skipping those gone: a mark left for a dropped sandbox would outlive it.
+func (s *Store) SetCompactionMarks(ctx context.Context, marks map[string]uint64) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	for id, mark := range marks {
+		if _, err := s.lookup(ctx, id); err != nil {
+			if sandbox.IsType(err, sandbox.ENotFound) {
+				continue
+			}
+			return err
+		}
+		if _, err := s.kv.Put(ctx, markKey(id), binary.BigEndian.AppendUint64(nil, mark)); err != nil {
+			return fmt.Errorf("compaction mark of %s: %w", id, err)
+		}
 	}
 	return nil
 }

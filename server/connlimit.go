@@ -119,7 +119,7 @@ func (l *connLimiter) listener(ln net.Listener) net.Listener {
 	if l.limitNote != "" {
 		l.log.Warn("connection cap "+l.limitNote, attrs...)
 	} else {
-		l.log.Info("connection caps", attrs...)
+		l.log.Debug("connection caps", attrs...)
 	}
 	return &limitListener{Listener: ln, l: l}
 }

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -152,6 +153,10 @@ type Main struct {
 	// writable, when set, says whether the store takes writes (the bbolt
 	// file is still at its path), for /readyz.
 	writable func() error
+	// probed gives the confinement probe's verdict, which Run waits for
+	// once it serves; probeDone is set then, for /readyz.
+	probed    chan error
+	probeDone atomic.Bool
 }
 
 // Run opens everything and starts serving; it returns once the server
@@ -176,12 +181,23 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 	}
 	m.token, m.tokenPath = token, tokenPath
-	// The confinement probe runs a confined process (a few hundred ms) and
-	// the store's open reads its file: neither needs the other, so they
-	// run side by side and a start costs the longer of the two. A launcher
-	// that cannot confine fails the start first, as it did alone.
-	launched := make(chan error, 1)
-	go func() { launched <- m.openLauncher() }()
+	// The launcher's checks of the options and the kernel are quick; its
+	// probe runs a confined process (tens of ms, more on a cold page
+	// cache). Neither needs the store, whose open reads its file, so they
+	// run beside it, and the server serves what its store holds before
+	// the probe ends: no agent starts until the probe passed (Start waits
+	// for it), /readyz says so meanwhile, and a probe that fails fails
+	// the start as it did before.
+	launched, probed := make(chan error, 1), make(chan error, 1)
+	go func() {
+		err := m.openLauncher()
+		launched <- err
+		if err == nil && m.Launcher != nil {
+			err = m.Launcher.Probe()
+		}
+		probed <- err
+	}()
+	m.probed = probed
 	m.Metrics = metrics.New()
 	obs := observers{m.Metrics, m.Observer}
 	if m.Observer == nil {
@@ -262,10 +278,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := co.Recover(ctx); err != nil {
 		return fmt.Errorf("recovering sandboxes from %s: %w", where, err)
 	}
-	if retainer != nil {
-		m.Retainer = retainer
-		m.Retainer.Start()
-	}
+	m.Retainer = retainer
 	var console http.Handler
 	if !m.NoConsole {
 		console = web.Handler()
@@ -296,6 +309,12 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Listener = l
 	m.serveErr = make(chan error, 1)
 	go func() { m.serveErr <- m.Server.Serve(l) }()
+	if err := m.waitProbe(ctx); err != nil {
+		return err
+	}
+	if m.Retainer != nil {
+		m.Retainer.Start()
+	}
 	m.advertise(ctx, l.Addr())
 	if tokenPath != "" {
 		m.Logger.Info("token file", "path", tokenPath)
@@ -307,6 +326,24 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.Logger.Info("sparkles is serving", "console", "http://"+l.Addr().String()+"/", "api", "http://"+l.Addr().String()+"/v1", "data_dir", m.DataDir, "isolation", m.isolation)
 	return nil
+}
+
+// waitProbe waits for the confinement probe's verdict, which Run returns
+// with: a server whose agents cannot be confined does not start.
+func (m *Main) waitProbe(ctx context.Context) error {
+	select {
+	case err := <-m.probed:
+		m.probeDone.Store(true)
+		if err != nil {
+			return fmt.Errorf("%w: %v; pass --isolation=off (SPARKLES_ISOLATION=off) to run them unconfined, with the server user's rights", ErrNotConfinable, err)
+		}
+		if m.Launcher != nil {
+			m.Logger.Info("agents are confined", append([]any{"isolation", m.isolation}, m.Launcher.LogAttrs()...)...)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // openLauncher confines agent processes unless isolation is off, and
@@ -334,7 +371,7 @@ func (m *Main) openLauncher() error {
 	}
 	opts := m.Confine
 	opts.DataDir, opts.Logger = m.DataDir, m.Logger
-	l, err := confine.New(opts)
+	l, err := confine.Prepare(opts)
 	var bad *confine.OptionError
 	if errors.As(err, &bad) {
 		flag := map[string]string{"Network": "--agent-network", "ReadPaths": "--agent-read-path", "WritePaths": "--agent-write-path", "MemoryMax": "--agent-memory-max", "HostPorts": "--agent-host-port"}[bad.Field]
@@ -354,7 +391,6 @@ func (m *Main) openLauncher() error {
 		}
 	}
 	m.Launcher, m.isolation = l, l.Isolation()
-	m.Logger.Info("agents are confined", append([]any{"isolation", m.isolation}, l.LogAttrs()...)...)
 	return nil
 }
 
@@ -474,6 +510,9 @@ func (m *Main) Close() error {
 // retention runs, and with a NATS store the connection, the stream and the
 // bucket are up and this node's leases hold.
 func (m *Main) ready() error {
+	if !m.probeDone.Load() {
+		return errors.New("checking that agents can be confined: no agent starts until the check passed")
+	}
 	if _, _, err := m.Store.Sandboxes(context.Background(), "", 1); err != nil {
 		return fmt.Errorf("the database does not answer (%w); see the server log", err)
 	}

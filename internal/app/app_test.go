@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/sparkles-dev/sparkles/internal/registry"
@@ -75,6 +78,34 @@ func TestNotConfinable(t *testing.T) {
 	m.Close()
 	if !errors.Is(err, app.ErrNotConfinable) || !strings.Contains(err.Error(), "confines nothing") || !strings.Contains(err.Error(), "--isolation=off") {
 		t.Fatalf("Run: %v, want ErrNotConfinable with the launcher's reason, naming --isolation=off", err)
+	}
+}
+
+// TestNoAgentBeforeTheProbe: a launcher made without its probe (as Run
+// makes it, to serve while the probe runs) runs the probe before the first
+// agent it starts, and starts none when the probe fails, however often it
+// is asked.
+func TestNoAgentBeforeTheProbe(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("confinement is Linux's")
+	}
+	l, err := confine.Prepare(confine.Options{DataDir: t.TempDir(), Network: confine.NetworkNone})
+	if err != nil {
+		t.Skip("this machine cannot confine:", err)
+	}
+	marker := filepath.Join(t.TempDir(), "ran")
+	for range 2 {
+		cmd := exec.Command("/bin/sh", "-c", "touch "+marker)
+		_, err := l.Start(cmd, t.TempDir(), agent.Confinement{})
+		if err == nil || !strings.Contains(err.Error(), "confines nothing") {
+			t.Fatalf("Start before a failing probe: %v, want the probe's reason", err)
+		}
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the agent's command ran: %v", err)
+	}
+	if err := l.Probe(); err == nil || !strings.Contains(err.Error(), "confines nothing") {
+		t.Errorf("Probe: %v, want the verdict Start had", err)
 	}
 }
 

@@ -73,12 +73,29 @@ type Launcher struct {
 	pasta    string // pasta's path; "" when it cannot run
 	pastaWhy string // why it cannot
 	netNote  string // why agents have network none unasked, for /readyz
+
+	probeOnce sync.Once
+	probeErr  error
 }
 
 // New checks that this machine can confine agents, by starting the
 // launcher once on a scratch sandbox and checking from inside what it
 // does, and returns the Launcher. Its error says what is missing.
 func New(opts Options) (*Launcher, error) {
+	l, err := Prepare(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Probe(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Prepare checks the options and what the kernel offers, without the
+// probe: a server starts serving what its store holds while Probe runs,
+// and Start waits for the probe's verdict.
+func Prepare(opts Options) (*Launcher, error) {
 	explicit := opts.Network != ""
 	if !explicit {
 		opts.Network = NetworkOpen
@@ -138,10 +155,15 @@ func New(opts Options) (*Launcher, error) {
 	}
 	l.nproc = kernelAtLeast(5, 14)
 	l.cg, l.cgWhy = openCgroups()
-	if err := l.probe(); err != nil {
-		return nil, err
-	}
 	return l, nil
+}
+
+// Probe starts the launcher once on a scratch sandbox and checks from
+// inside what it does; it runs once, and every later call, Start's
+// included, returns its verdict. No agent starts before it passed.
+func (l *Launcher) Probe() error {
+	l.probeOnce.Do(func() { l.probeErr = l.probe() })
+	return l.probeErr
 }
 
 // requireLandlock refuses a kernel without Landlock: the namespaces alone
@@ -199,6 +221,9 @@ func (l *Launcher) LogAttrs() []any {
 // spec, and the process started is the launcher. release must be called
 // once cmd has been waited for.
 func (l *Launcher) Start(cmd *exec.Cmd, sandbox string, extra agent.Confinement) (release func(), err error) {
+	if err := l.Probe(); err != nil {
+		return nil, err
+	}
 	sp, err := l.spec(cmd, sandbox)
 	if err != nil {
 		return nil, err

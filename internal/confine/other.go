@@ -36,6 +36,10 @@ func New(Options) (*Launcher, error) {
 	return nil, errors.New("agent confinement needs Linux (namespaces and Landlock)")
 }
 
+// Prepare fails as New does.
+func Prepare(opts Options) (*Launcher, error) { return New(opts) }
+
+func (*Launcher) Probe() error                  { return errors.New("agent confinement needs Linux") }
 func (*Launcher) Isolation() string             { return "off" }
 func (*Launcher) Check(agent.Confinement) error { return errors.New("agent confinement needs Linux") }
 func (*Launcher) LogAttrs() []any               { return nil }

@@ -232,12 +232,15 @@ func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int
 		}
 		c := events.Cursor()
 		prev := after
-		for k, v := c.Seek(idKey(after + 1)); k != nil && n < limit && keyID(k) <= upto; k, v = c.Next() {
+		for k, v := c.Seek(idKey(after + 1)); k != nil && n < limit; k, v = c.Next() {
 			// The buckets below the top of the file are not checked at
 			// open (see doc.go): a damaged page must not serve ids out of
 			// order.
 			if len(k) != 8 || keyID(k) <= prev {
-				return &DamagedError{Path: s.path, Problem: fmt.Sprintf("the log of sandbox %s has event key %x after %d", id, k, prev), serving: true}
+				return &DamagedError{Path: s.path, Problem: fmt.Sprintf("the log of sandbox %s has an event key of %d bytes starting %x after %d", id, len(k), k[:min(len(k), 16)], prev), serving: true}
+			}
+			if keyID(k) > upto {
+				break
 			}
 			prev = keyID(k)
 			rec, err := decode(k, v)

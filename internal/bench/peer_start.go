@@ -40,7 +40,7 @@ func peerStart(ctx context.Context, r *runner, mercureDB string) error {
 	if !cold {
 		r.logf("not root: the page cache cannot be dropped, so the starts are warm")
 	}
-	var sTook, mTook []time.Duration
+	var sTook, sReady, mTook []time.Duration
 	var sMem, mMem procMem
 	for range pick(r, 3, 1) {
 		if cold {
@@ -53,7 +53,7 @@ func peerStart(ctx context.Context, r *runner, mercureDB string) error {
 			return fmt.Errorf("sparkles: %w", err)
 		}
 		s.stop()
-		sTook, sMem = append(sTook, s.took), s.mem
+		sTook, sReady, sMem = append(sTook, s.took), append(sReady, s.ready), s.mem
 		if cold {
 			if err := dropCaches(); err != nil {
 				return err
@@ -76,8 +76,8 @@ func peerStart(ctx context.Context, r *runner, mercureDB string) error {
 	p := pair{name: fmt.Sprintf("%s on %s events", name, thousands(n)), unit: "ms",
 		sparkles: ms(medianDuration(sTook)), mercure: ms(medianDuration(mTook)),
 		cond: fmt.Sprintf("from the exec of the server's process to its first /healthz answer; %s; starts alternating, median of %d each", how, len(sTook)),
-		sCond: fmt.Sprintf("%s on one sandbox whose agent process announced %s tool calls in one turn (events of %d bytes of data), then stopped cleanly: a %.1f MiB file; VmRSS %.1f MiB at the answer",
-			server, thousands(n), size, mib(sFile), mib(sMem.RSS)),
+		sCond: fmt.Sprintf("%s on one sandbox whose agent process announced %s tool calls in one turn (events of %d bytes of data), then stopped cleanly: a %.1f MiB file; VmRSS %.1f MiB at the answer%s",
+			server, thousands(n), size, mib(sFile), mib(sMem.RSS), readyNote(&started{took: medianDuration(sTook), ready: medianDuration(sReady)})),
 		mCond: fmt.Sprintf("mercure-peer on the bolt file of the replay above: one topic of %s updates, a %.1f MiB file; VmRSS %.1f MiB at the answer",
 			thousands(n), mib(mFile), mib(mMem.RSS)),
 	}

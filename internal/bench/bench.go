@@ -113,7 +113,7 @@ type scenario struct {
 
 // optIn names the scenarios that run only when named: they need what a
 // machine may not have (peer: a build of Mercure).
-var optIn = map[string]bool{"peer": true}
+var optIn = map[string]bool{"peer": true, "peer-store": true}
 
 // untargeted names the scenarios that hold no figure to a target: they
 // measure the machine, not the server (floor: what of latency's and
@@ -136,6 +136,7 @@ var scenarios = []scenario{
 	{"turncost", "one agent announcing a new tool call per update: the server's CPU per event at the turn's 100,000th tool call against its 100th", runTurnCost, 10 * time.Minute},
 	{"workspace", "a 10,000-file, 200 MiB workspace: a turn boundary with 10 files changed, its change list and diff, the tar.gz of the tree", runWorkspace, 5 * time.Minute},
 	{"peer", "Sparkles and Mercure side by side (needs --peer-mercure): durable events/s (agents cycling 16 tool calls, and a new tool call per update), fan-out, idle connections, replay, file size, cold start", runPeer, 30 * time.Minute},
+	{"peer-store", "peer's parts on a store of 100,000 events alone (needs --peer-mercure): replay, file size, cold start", runPeerStore, 10 * time.Minute},
 }
 
 // Names lists the scenarios in the order they run.

@@ -22,12 +22,8 @@ import (
 // alike: the same SSE reader, the same payload sizes. Last, each starts
 // on a store of 100,000 events (peerStart).
 func runPeer(ctx context.Context, r *runner) error {
-	if r.cfg.PeerMercure == "" {
-		return errors.New("the peer scenario needs the mercure-peer binary: internal/bench/mercure/run builds it and runs the scenario, " +
-			"or pass its path with --peer-mercure (SPARKLES_BENCH_PEER_MERCURE)")
-	}
-	if _, err := os.Stat(r.cfg.PeerMercure); err != nil {
-		return fmt.Errorf("the peer scenario's mercure-peer binary: %w", err)
+	if err := peerBinary(r); err != nil {
+		return err
 	}
 	if lim := raiseFileLimit(1 << 16); lim < 8192 {
 		return fmt.Errorf("the open-file limit is %d; the peer scenario's connections need 8192 (ulimit -n)", lim)
@@ -54,6 +50,20 @@ func runPeer(ctx context.Context, r *runner) error {
 	if err := peerIdle(ctx, r); err != nil {
 		return fmt.Errorf("idle: %w", err)
 	}
+	return peerStore(ctx, r)
+}
+
+// runPeerStore is peer's last parts alone, for a quicker look at them.
+func runPeerStore(ctx context.Context, r *runner) error {
+	if err := peerBinary(r); err != nil {
+		return err
+	}
+	return peerStore(ctx, r)
+}
+
+// peerStore runs the parts on a store of 100,000 events: the replay and
+// the file's size (peerLog), then each server's start on it (peerStart).
+func peerStore(ctx context.Context, r *runner) error {
 	// Mercure's file of peerLog is the one its cold start opens.
 	dir, cleanup, err := r.tempDir()
 	if err != nil {
@@ -66,6 +76,18 @@ func runPeer(ctx context.Context, r *runner) error {
 	}
 	if err := peerStart(ctx, r, mercureDB); err != nil {
 		return fmt.Errorf("cold start: %w", err)
+	}
+	return nil
+}
+
+// peerBinary checks that the mercure-peer binary is given and there.
+func peerBinary(r *runner) error {
+	if r.cfg.PeerMercure == "" {
+		return errors.New("the peer scenario needs the mercure-peer binary: internal/bench/mercure/run builds it and runs the scenario, " +
+			"or pass its path with --peer-mercure (SPARKLES_BENCH_PEER_MERCURE)")
+	}
+	if _, err := os.Stat(r.cfg.PeerMercure); err != nil {
+		return fmt.Errorf("the peer scenario's mercure-peer binary: %w", err)
 	}
 	return nil
 }

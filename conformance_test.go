@@ -39,7 +39,24 @@ type conformanceAgent struct {
 	slowPrompt string // a prompt that streams for long enough to cancel it
 	shell      bool   // the agent has a shell tool
 	quirks     agentsuite.Quirks
+	// grant is a directory the confined agent may read, where a scenario
+	// puts a program the agent runs (the MCP server); "" for the demo,
+	// which is not confined.
+	grant string
+	sends agentsuite.Sends
+	// plan is the last plan the agent sends for planPrompt (contents and
+	// statuses), when sends.Plans.
+	plan []sandbox.PlanEntry
+	// modes names a mode the agent offers to switch to between turns.
+	modes agentsuite.Modes
+	// images: the agent takes image blocks (conformance_image_test.go).
+	images bool
 }
+
+// planPrompt asks for a plan: fakemodel's "plan" makes the model call the
+// agent's to-do tool; the demo agent's "plan" and "usage" make it send a
+// plan of its steps and its usage.
+const planPrompt = "please plan the work and report usage"
 
 // TestAgentConformance runs one set of scenarios, all in one sandbox and
 // through the public HTTP API, against the demo agent and every real
@@ -65,6 +82,13 @@ func TestAgentConformance(t *testing.T) {
 				return "Written by the Sparkles demo agent.\nPrompt: " + prompt + "\n"
 			},
 			slowPrompt: "slow, then hang",
+			sends:      agentsuite.Sends{Plans: true, Usage: true},
+			plan: []sandbox.PlanEntry{
+				{Content: "Read README.md", Status: sandbox.PlanCompleted},
+				{Content: "Reply", Status: sandbox.PlanCompleted},
+			},
+			modes:  agentsuite.Modes{Switch: "plan"},
+			images: true,
 		})
 	})
 	dir := agentsuite.Dir()
@@ -105,6 +129,11 @@ func TestAgentConformance(t *testing.T) {
 				slowPrompt: "slow",
 				shell:      true,
 				quirks:     a.Quirks,
+				grant:      home,
+				sends:      a.Sends,
+				plan:       fakemodelPlan(),
+				modes:      a.Modes,
+				images:     a.Images,
 			})
 		})
 	}
@@ -132,7 +161,7 @@ func runConformance(t *testing.T, a conformanceAgent) {
 	}
 	var sb sandbox.Sandbox
 	p.mustCall(http.MethodPost, "/v1/sandboxes", map[string]any{
-		"agent": a.name, "env": a.env, "secrets": secrets,
+		"agent": a.name, "env": a.env, "secrets": secrets, "tool_output": true,
 	}, http.StatusCreated, &sb)
 	work := filepath.Join(dataDir, "sandboxes", sb.ID, "work")
 
@@ -204,6 +233,15 @@ func runConformance(t *testing.T, a conformanceAgent) {
 		if _, err := os.Stat(filepath.Join(work, "ran.txt")); err != nil {
 			t.Errorf("the shell command did not run: %v", err)
 		}
+		s.wantToolOutput(turn)
+	})
+	t.Run("Plan", func(t *testing.T) {
+		s.t = t
+		turn := s.startTurn(planPrompt)
+		done := s.completedApproving(turn)
+		s.wantStatus(done, sandbox.TurnSucceeded)
+		s.wantPlan(turn)
+		s.wantUsage(turn, done)
 	})
 	t.Run("CancelWhileApprovalWaits", func(t *testing.T) {
 		s.t = t
@@ -258,6 +296,10 @@ func runConformance(t *testing.T, a conformanceAgent) {
 		next := s.startTurn("hello")
 		s.wantStatus(s.completed(next), sandbox.TurnSucceeded)
 	})
+	t.Run("Mode", func(t *testing.T) {
+		s.t = t
+		s.switchMode()
+	})
 	t.Run("Log", func(t *testing.T) {
 		s.t = t
 		log := readEventLog(t, s.p, sb.ID)
@@ -272,6 +314,14 @@ func runConformance(t *testing.T, a conformanceAgent) {
 			s.p.mustCall(http.MethodGet, path, nil, http.StatusOK, &raw)
 			s.wantClean("GET "+path, raw)
 		}
+	})
+	t.Run("MCPServer", func(t *testing.T) {
+		s.t = t
+		s.mcpServer(token)
+	})
+	t.Run("Image", func(t *testing.T) {
+		s.t = t
+		s.image()
 	})
 }
 
@@ -466,6 +516,109 @@ func (s *scenarioRun) wantMessage(turn, file string) {
 	}
 	if mc.Text == "" || mc.Text != strings.Join(own, "\n\n") || !strings.HasSuffix(strings.Join(parts, "\n\n"), mc.Text) {
 		s.t.Errorf("message.completed text %q: want its own parts joined with blank lines, ending the turn's text %q", mc.Text, parts)
+	}
+}
+
+// completedApproving waits for the turn's turn.completed, approving each
+// approval it requests on the way (Gemini CLI asks before its write_todos).
+func (s *scenarioRun) completedApproving(turn string) sandbox.TurnCompleted {
+	s.t.Helper()
+	deadline := time.After(scenarioWait)
+	approved := map[string]bool{}
+	for {
+		s.rec.mu.Lock()
+		changed := s.rec.changed
+		s.rec.mu.Unlock()
+		for _, f := range s.rec.of(turn, sandbox.TypeApprovalRequested) {
+			var a sandbox.ApprovalRequested
+			mustDecode(s.t, f, &a)
+			if !approved[a.ApprovalID] {
+				approved[a.ApprovalID] = true
+				s.decide(a, "approve")
+			}
+		}
+		if fs := s.rec.of(turn, sandbox.TypeTurnCompleted); len(fs) > 0 {
+			var d sandbox.TurnCompleted
+			mustDecode(s.t, fs[0], &d)
+			return d
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			s.t.Fatalf("no turn.completed in turn %s within %s; received: %s", turn, scenarioWait, s.rec.summary())
+		}
+	}
+}
+
+// fakemodelPlan is the plan fakemodel's "plan" sets, as plan.updated shows
+// its contents and statuses.
+func fakemodelPlan() []sandbox.PlanEntry {
+	var out []sandbox.PlanEntry
+	for _, st := range fakemodel.PlanSteps {
+		out = append(out, sandbox.PlanEntry{Content: st.Content, Status: st.Status})
+	}
+	return out
+}
+
+// sentOf returns the turn's frames of typ, which an agent sends when its
+// adapter row says so: none from one that does not (nil then, an error if
+// there are some), at least one from one that does.
+func (s *scenarioRun) sentOf(turn string, typ sandbox.Type, sends bool) []frame {
+	s.t.Helper()
+	fs := s.rec.of(turn, typ)
+	if !sends {
+		if len(fs) > 0 {
+			s.t.Errorf("%d %s from an agent whose adapter row says it sends none", len(fs), typ)
+		}
+		return nil
+	}
+	if len(fs) == 0 {
+		s.t.Fatalf("no %s in the turn; agent log:\n%s", typ, s.agentLog())
+	}
+	return fs
+}
+
+// wantPlan checks the turn's last plan.updated against the agent's plan
+// (contents and statuses), or that there is none for an agent that sends
+// no plans.
+func (s *scenarioRun) wantPlan(turn string) {
+	s.t.Helper()
+	fs := s.sentOf(turn, sandbox.TypePlanUpdated, s.a.sends.Plans)
+	if fs == nil {
+		return
+	}
+	var p sandbox.PlanUpdated
+	mustDecode(s.t, fs[len(fs)-1], &p)
+	got := make([]sandbox.PlanEntry, len(p.Entries))
+	for i, e := range p.Entries {
+		got[i] = sandbox.PlanEntry{Content: e.Content, Status: e.Status}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(s.a.plan) {
+		s.t.Errorf("plan %+v, want %+v", got, s.a.plan)
+	}
+}
+
+// wantUsage checks the turn's turn.usage events (figures that make sense)
+// and that turn.completed carries the last figures; or that there is none
+// for an agent that sends no usage_update.
+func (s *scenarioRun) wantUsage(turn string, done sandbox.TurnCompleted) {
+	s.t.Helper()
+	fs := s.sentOf(turn, sandbox.TypeTurnUsage, s.a.sends.Usage)
+	if fs == nil {
+		return
+	}
+	for _, f := range fs {
+		var u sandbox.TurnUsage
+		mustDecode(s.t, f, &u)
+		if u.Usage.ContextTokens <= 0 && u.Usage.Cost == nil {
+			s.t.Errorf("turn.usage %+v says nothing", u.Usage)
+		}
+		if c := u.Usage.Cost; c != nil && (c.Amount < 0 || len(c.Currency) != 3) {
+			s.t.Errorf("turn.usage cost %+v", c)
+		}
+	}
+	if done.Usage == nil || done.Usage.ContextTokens <= 0 && done.Usage.Cost == nil {
+		s.t.Errorf("turn.completed usage %+v: the turn's last figures are missing", done.Usage)
 	}
 }
 

@@ -100,16 +100,25 @@ func TestOpenAPIConformance(t *testing.T) {
 	var sb created
 	r.want(201, call{name: "create", judge: A, method: "POST", path: "/v1/sandboxes", body: jsonBody(map[string]any{
 		"metadata": map[string]string{"app": "openapi-test"}, "env": map[string]string{"GREETING": "hi"}, "secrets": map[string]string{"API_KEY": "sk-openapi-test-secret-0123456789"},
+		"tool_output": true,
 	})}, &sb)
 	sbPath := "/v1/sandboxes/" + sb.ID
 	s1 := r.stream(call{name: "stream since 0", judge: A, path: sbPath + "/events/stream?since=0"})
 	s1.until(ctx, typeIs("snapshot"))
 
-	// 1. A plain turn: messages, tools, a plan, the final message.
+	// 1. A plain turn: messages, tools, a plan, a command's output, its
+	// usage, the final message.
 	var turn idOnly
-	r.want(202, call{name: "turn", judge: A, method: "POST", path: sbPath + "/turns", body: jsonBody(map[string]string{"input": "hello, with a plan"})}, &turn)
+	r.want(202, call{name: "turn", judge: A, method: "POST", path: sbPath + "/turns", body: jsonBody(map[string]string{"input": "hello, with a plan, its output and usage"})}, &turn)
 	s1.until(ctx, turnCompleted(turn.ID))
 	r.want(200, call{name: "get turn", judge: A, method: "GET", path: sbPath + "/turns/" + turn.ID}, nil)
+
+	// 1b. The agent config: a mode it offers, one it does not, a body
+	// without config.
+	r.want(200, call{name: "patch config", judge: A, method: "PATCH", path: sbPath, body: jsonBody(map[string]any{"config": map[string]string{"mode": "plan"}})}, nil)
+	s1.until(ctx, typeIs("sandbox.updated"))
+	r.want(400, call{name: "patch unknown mode", judge: A, method: "PATCH", path: sbPath, body: jsonBody(map[string]any{"config": map[string]string{"mode": "yolo"}})}, nil)
+	r.want(400, call{name: "patch no config", judge: apitest.Refused, method: "PATCH", path: sbPath, body: []byte(`{}`)}, nil)
 
 	// 2. An approval, approved; answering it again is approval_resolved.
 	r.want(202, call{name: "turn write", judge: A, method: "POST", path: sbPath + "/turns", body: jsonBody(map[string]string{"input": "please write notes.txt"})}, &turn)
@@ -180,10 +189,18 @@ func TestOpenAPIConformance(t *testing.T) {
 		return ev.Type == "message.updated" && strings.Contains(ev.field("text"), "Working on it")
 	})
 	r.want(409, call{name: "turn in progress", judge: A, method: "POST", path: sbPath + "/turns", body: jsonBody(map[string]string{"input": "hello"})}, nil)
+	// Two turns queued behind it: the first runs once it ends, the
+	// second is canceled while it waits.
+	var queued, dropped idOnly
+	r.want(202, call{name: "turn queued", judge: A, method: "POST", path: sbPath + "/turns", body: jsonBody(map[string]any{"input": "hello", "queue": true})}, &queued)
+	r.want(202, call{name: "turn queued 2", judge: A, method: "POST", path: sbPath + "/turns", body: jsonBody(map[string]any{"input": "hello again", "queue": true})}, &dropped)
+	r.want(200, call{name: "get queued turn", judge: A, method: "GET", path: sbPath + "/turns/" + queued.ID}, nil)
+	r.want(202, call{name: "cancel queued", judge: A, method: "POST", path: sbPath + "/turns/" + dropped.ID + "/cancel"}, nil)
 	r.want(200, call{name: "sandbox with a turn", judge: A, method: "GET", path: sbPath}, nil)
 	r.want(400, call{name: "cancel with a body", judge: apitest.Refused, method: "POST", path: sbPath + "/turns/" + turn.ID + "/cancel", body: []byte(`{"now":true}`)}, nil)
 	r.want(202, call{name: "cancel", judge: A, method: "POST", path: sbPath + "/turns/" + turn.ID + "/cancel", body: []byte(`{}`)}, nil)
 	s1.until(ctx, turnCompleted(turn.ID))
+	s1.until(ctx, turnCompleted(queued.ID))
 	r.do(call{name: "cancel done turn", judge: A, method: "POST", path: sbPath + "/turns/" + turn.ID + "/cancel"})
 
 	// 6. The agent crashes mid-turn: sandbox.error agent_exited.
@@ -242,6 +259,14 @@ func TestOpenAPIConformance(t *testing.T) {
 	r.want(400, call{name: "create unknown field", judge: apitest.Refused, method: "POST", path: "/v1/sandboxes", body: []byte(`{"agent":"demo","colour":"red"}`)}, nil)
 	r.want(400, call{name: "create bad env", judge: apitest.Refused, method: "POST", path: "/v1/sandboxes", body: jsonBody(map[string]any{"env": map[string]string{"1BAD": "x"}})}, nil)
 	r.want(400, call{name: "create unknown agent", judge: A, method: "POST", path: "/v1/sandboxes", body: jsonBody(map[string]string{"agent": "nope"})}, nil)
+	mcp := func(servers ...map[string]any) []byte { return jsonBody(map[string]any{"mcp_servers": servers}) }
+	files := map[string]any{"name": "files", "command": "/usr/bin/mcp-files", "args": []string{"--ro"}, "env": map[string]string{"FILES_KEY": "v"}}
+	r.want(201, call{name: "create mcp", judge: A, method: "POST", path: "/v1/sandboxes", body: mcp(files,
+		map[string]any{"name": "web", "type": "http", "url": "https://mcp.example/", "headers": map[string]string{"Authorization": "Bearer k"}})}, nil)
+	r.want(400, call{name: "create mcp twice", judge: A, method: "POST", path: "/v1/sandboxes", body: mcp(files, files)}, nil)
+	r.want(400, call{name: "create mcp no url", judge: apitest.Refused, method: "POST", path: "/v1/sandboxes", body: mcp(map[string]any{"name": "web", "type": "http"})}, nil)
+	r.want(400, call{name: "create mcp bad name", judge: apitest.Refused, method: "POST", path: "/v1/sandboxes", body: mcp(map[string]any{"name": "a b", "command": "x"})}, nil)
+	r.want(400, call{name: "create mcp credentials", judge: apitest.Refused, method: "POST", path: "/v1/sandboxes", body: mcp(map[string]any{"name": "web", "type": "sse", "url": "https://u:p@mcp.example/"})}, nil)
 	r.want(415, call{name: "create text body", judge: apitest.Refused, method: "POST", path: "/v1/sandboxes", body: []byte(`{}`), header: []string{"Content-Type", "text/plain"}}, nil)
 	r.want(413, call{name: "create huge body", judge: apitest.Refused, method: "POST", path: "/v1/sandboxes", body: jsonBody(map[string]any{"metadata": map[string]string{"big": strings.Repeat("x", 2<<20)}})}, nil)
 	r.want(413, call{name: "turn huge body", judge: apitest.Unjudged, method: "POST", path: sbPath + "/turns", body: jsonBody(map[string]string{"input": strings.Repeat("x", 2<<20)})}, nil)

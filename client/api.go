@@ -23,6 +23,17 @@ type CreateSandboxRequest struct {
 	// Source fills the workspace before the agent boots (a git
 	// repository); a private one's token comes from Secrets["GIT_TOKEN"].
 	Source *sandbox.Source `json:"source,omitempty"`
+	// ToolOutput puts the output of the commands the agent runs in the
+	// log (tool.output events); what a command prints then reaches the
+	// log, redacted of the sandbox's secrets only.
+	ToolOutput bool `json:"tool_output,omitempty"`
+	// MCPServers are given to the agent's sessions: stdio servers it runs
+	// inside its confinement, http or sse ones it reaches. The values of
+	// their Env and Headers are secrets, never answered.
+	MCPServers []sandbox.MCPServerConfig `json:"mcp_servers,omitempty"`
+	// Config is the mode and the model the agent starts in, applied before
+	// the first turn (docs/api.md, Agent config).
+	Config *sandbox.ConfigChange `json:"config,omitempty"`
 }
 
 // CreatedSandbox is the create answer: the sandbox, still booting, and the
@@ -117,13 +128,51 @@ func (c *Client) DeleteSandbox(ctx context.Context, id string) (sandbox.Sandbox,
 	return out, err
 }
 
+// SetConfig switches the sandbox's agent to another mode, model or both
+// ("" leaves one as it is) between turns: ErrConflict while a turn is
+// open, ErrInvalidRequest naming the choices for one the agent does not
+// offer. With no agent running the change is kept for its next boot.
+func (c *Client) SetConfig(ctx context.Context, id string, ch sandbox.ConfigChange) (sandbox.Sandbox, error) {
+	var out sandbox.Sandbox
+	body := struct {
+		Config sandbox.ConfigChange `json:"config"`
+	}{ch}
+	err := c.call(ctx, http.MethodPatch, c.endpoint(nil, "v1", "sandboxes", id), body, http.StatusOK, &out)
+	return out, err
+}
+
 // StartTurn prompts the sandbox's agent with input. The turn is queued
 // while the sandbox boots; a sandbox runs one turn at a time
 // (ErrTurnInProgress otherwise).
 func (c *Client) StartTurn(ctx context.Context, id, input string) (sandbox.Turn, error) {
+	return c.startTurn(ctx, id, input, false)
+}
+
+// QueueTurn is StartTurn for a turn that may wait: while another turn is
+// open it is queued behind it (status queued; at most 16 wait, the next
+// is a conflict) and starts when the turns before it have ended.
+func (c *Client) QueueTurn(ctx context.Context, id, input string) (sandbox.Turn, error) {
+	return c.startTurn(ctx, id, input, true)
+}
+
+// StartTurnInput is StartTurn, or with queue QueueTurn, for an input of
+// blocks: text, images (base64 data, at most --turn-image-max-size each)
+// and files of the workspace by path (docs/api.md).
+func (c *Client) StartTurnInput(ctx context.Context, id string, input []sandbox.InputBlock, queue bool) (sandbox.Turn, error) {
+	body := struct {
+		Input []sandbox.InputBlock `json:"input"`
+		Queue bool                 `json:"queue,omitempty"`
+	}{input, queue}
+	var out sandbox.Turn
+	err := c.call(ctx, http.MethodPost, c.endpoint(nil, "v1", "sandboxes", id, "turns"), body, http.StatusAccepted, &out)
+	return out, err
+}
+
+func (c *Client) startTurn(ctx context.Context, id, input string, queue bool) (sandbox.Turn, error) {
 	body := struct {
 		Input string `json:"input"`
-	}{input}
+		Queue bool   `json:"queue,omitempty"`
+	}{input, queue}
 	var out sandbox.Turn
 	err := c.call(ctx, http.MethodPost, c.endpoint(nil, "v1", "sandboxes", id, "turns"), body, http.StatusAccepted, &out)
 	return out, err

@@ -22,6 +22,7 @@ func (s *State) Clone() *State {
 	c.Approvals = slices.Clone(s.Approvals)
 	for i := range c.Tools {
 		c.Tools[i].Locations = CloneLocations(c.Tools[i].Locations)
+		c.Tools[i].Output = c.Tools[i].Output.Clone()
 	}
 	for i := range c.Approvals {
 		c.Approvals[i].Options = slices.Clone(c.Approvals[i].Options)
@@ -36,7 +37,16 @@ func (s *State) Clone() *State {
 func (sb Sandbox) Clone() Sandbox {
 	sb.Metadata = maps.Clone(sb.Metadata)
 	sb.CurrentTurn = sb.CurrentTurn.Clone()
+	if sb.QueuedTurns != nil {
+		q := make([]Turn, len(sb.QueuedTurns))
+		for i := range q {
+			q[i] = *sb.QueuedTurns[i].Clone()
+		}
+		sb.QueuedTurns = q
+	}
 	sb.Source = sb.Source.Clone()
+	sb.MCPServers = CloneMCPServers(sb.MCPServers)
+	sb.Config = sb.Config.Clone()
 	return sb
 }
 
@@ -62,6 +72,17 @@ func (t *Turn) Clone() *Turn {
 	c.Input = slices.Clone(t.Input)
 	c.CompletedAt = ClonePtr(t.CompletedAt)
 	c.StopReason = ClonePtr(t.StopReason)
+	c.Usage = t.Usage.Clone()
+	return &c
+}
+
+// Clone returns a deep copy of the output; nil stays nil.
+func (o *ToolOutput) Clone() *ToolOutput {
+	if o == nil {
+		return nil
+	}
+	c := *o
+	c.ExitCode = ClonePtr(o.ExitCode)
 	return &c
 }
 

@@ -30,13 +30,26 @@ const (
 	// TypePlanUpdated carries the agent's whole plan of the turn, which
 	// replaces the last one.
 	TypePlanUpdated Type = "plan.updated"
+	// TypeTurnUsage carries the running turn's usage so far, which
+	// replaces the last.
+	TypeTurnUsage Type = "turn.usage"
+	// TypeToolOutput carries the tail of what a command the agent ran
+	// printed, which replaces the tool's last one.
+	TypeToolOutput Type = "tool.output"
+	// TypeTurnQueued records a turn accepted to start after the turns
+	// before it (docs/api.md).
+	TypeTurnQueued Type = "turn.queued"
+	// TypeSandboxUpdated carries the sandbox's agent config (mode and
+	// model) as it now is.
+	TypeSandboxUpdated Type = "sandbox.updated"
 )
 
 // DurableTypes are the types of the events written to the log.
 var DurableTypes = []Type{
 	TypeTurnStarted, TypeTurnCompleted, TypeMessageUpdated, TypeMessageCompleted,
 	TypeToolUpdated, TypeApprovalRequested, TypeApprovalResolved, TypeSandboxError,
-	TypeWorkspaceReverted, TypePlanUpdated,
+	TypeWorkspaceReverted, TypePlanUpdated, TypeTurnQueued, TypeTurnUsage, TypeToolOutput,
+	TypeSandboxUpdated,
 }
 
 // Durable reports whether events of this type are written to the log and
@@ -193,6 +206,14 @@ func DecodeData(typ Type, raw json.RawMessage) (any, error) {
 		v = new(WorkspaceReverted)
 	case TypePlanUpdated:
 		v = new(PlanUpdated)
+	case TypeTurnQueued:
+		v = new(TurnQueuedData)
+	case TypeTurnUsage:
+		v = new(TurnUsage)
+	case TypeToolOutput:
+		v = new(ToolOutput)
+	case TypeSandboxUpdated:
+		v = new(SandboxUpdated)
 	default:
 		return append(json.RawMessage(nil), raw...), nil
 	}

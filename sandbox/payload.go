@@ -161,7 +161,12 @@ const (
 	// canceled though no user canceled it. It is only ever the error of
 	// such a turn.completed, never a sandbox.error of its own.
 	ErrServerStopped = "server_stopped"
-	ErrInternal      = "internal"
+	// ErrInputUnsupported: a turn accepted before its agent booted holds
+	// a block the agent, once booted, does not take (an image, an
+	// embedded file: its promptCapabilities); only ever the error of a
+	// failed turn.completed.
+	ErrInputUnsupported = "input_unsupported"
+	ErrInternal         = "internal"
 )
 
 // SandboxStatus is the data of a transient sandbox.status frame.
@@ -170,10 +175,27 @@ type SandboxStatus struct {
 	Detail string `json:"detail"`
 }
 
-// Input is one element of a turn's input.
+// Input is one element of a turn's input as the log records it: text
+// (curated), an image by its media type and decoded size, never its data,
+// or a file of the workspace by its relative path.
 type Input struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+	Type      string `json:"type"`
+	Text      string `json:"text,omitempty"`
+	MediaType string `json:"media_type,omitempty"`
+	Bytes     int64  `json:"bytes,omitempty"`
+	Path      string `json:"path,omitempty"`
+}
+
+// InputBlock is one block of a turn's input as a request sends it
+// (docs/api.md): {type:"text", text}, {type:"image", media_type, data}
+// with data in base64, or {type:"file", path} relative to the workspace.
+// Only its Input, without the data, reaches the log.
+type InputBlock struct {
+	Type      string `json:"type"`
+	Text      string `json:"text,omitempty"`
+	MediaType string `json:"media_type,omitempty"`
+	Data      string `json:"data,omitempty"`
+	Path      string `json:"path,omitempty"`
 }
 
 // TextInput is the input of a turn prompted with plain text.
@@ -182,6 +204,16 @@ func TextInput(text string) []Input { return []Input{{Type: "text", Text: text}}
 // TurnStarted is the data of turn.started.
 type TurnStarted struct {
 	Input []Input `json:"input"`
+}
+
+// TurnQueuedData is the data of turn.queued: a turn accepted while another
+// runs, to start when the turns before it have ended. Input is curated as
+// turn.started's; Position is its place in the queue when it was accepted,
+// 1 for the next to start. The turn later has its turn.started and
+// turn.completed, or only a turn.completed when it ends without running.
+type TurnQueuedData struct {
+	Input    []Input `json:"input"`
+	Position int     `json:"position"`
 }
 
 // ErrorInfo is a public {code, message} pair.
@@ -193,16 +225,42 @@ type ErrorInfo struct {
 // Usage is the token usage an agent reported for a turn, when it did.
 //
 // The token counts are those of the prompt answer (0 when the agent gave
-// none). ContextTokens and ContextWindow are what the agent last said of its
-// context window during the turn (ACP usage_update: used, size), for agents
-// such as Codex that report usage only that way; they are left out when it
-// said nothing.
+// none, and in turn.usage, which comes before it). ContextTokens and
+// ContextWindow are what the agent last said of its context window during
+// the turn (ACP usage_update: used, size), for agents such as Codex that
+// report usage only that way; they are left out when it said nothing. Cost
+// is the last cost the agent reported (usage_update's cost), left out when
+// it reported none.
 type Usage struct {
 	InputTokens   int64 `json:"input_tokens"`
 	OutputTokens  int64 `json:"output_tokens"`
 	TotalTokens   int64 `json:"total_tokens"`
 	ContextTokens int64 `json:"context_tokens,omitempty"`
 	ContextWindow int64 `json:"context_window,omitempty"`
+	Cost          *Cost `json:"cost,omitempty"`
+}
+
+// Cost is an amount of money an agent says its session has cost so far:
+// Amount is not negative, Currency an ISO 4217 code ("USD").
+type Cost struct {
+	Amount   float64 `json:"amount"`
+	Currency string  `json:"currency"`
+}
+
+// Clone returns a deep copy of the usage; nil stays nil.
+func (u *Usage) Clone() *Usage {
+	if u == nil {
+		return nil
+	}
+	c := *u
+	c.Cost = ClonePtr(u.Cost)
+	return &c
+}
+
+// TurnUsage is the data of turn.usage: the running turn's usage so far,
+// which replaces the last. turn.completed carries the turn's last figures.
+type TurnUsage struct {
+	Usage Usage `json:"usage"`
 }
 
 // TurnCompleted is the data of turn.completed.
@@ -289,6 +347,25 @@ type ToolUpdated struct {
 	Kind       string     `json:"kind"`
 	Status     string     `json:"status"`
 	Locations  []Location `json:"locations"`
+	// Output is the tool's last tool.output data, in a state and a
+	// snapshot only: a tool.updated event never carries it.
+	Output *ToolOutput `json:"output,omitempty"`
+}
+
+// MaxToolOutputBytes bounds the text of a tool.output: the tail of what a
+// command printed that a screen shows.
+const MaxToolOutputBytes = 16 << 10
+
+// ToolOutput is the data of tool.output: the last MaxToolOutputBytes of
+// what a command the agent ran printed, escape sequences and control
+// bytes but newline and tab left out, redacted. Truncated says earlier
+// output was dropped; ExitCode is nil until the command ended, and when
+// the agent did not say how.
+type ToolOutput struct {
+	ToolCallID string `json:"tool_call_id"`
+	Text       string `json:"text"`
+	Truncated  bool   `json:"truncated"`
+	ExitCode   *int   `json:"exit_code"`
 }
 
 // Option is one choice of an approval.

@@ -27,6 +27,18 @@ type Sandbox struct {
 	// Source is where the workspace came from, when it came from
 	// somewhere (docs/workspace.md); its URL never holds a credential.
 	Source *Source `json:"source,omitempty"`
+	// ToolOutput says whether the log has the output of the commands the
+	// agent runs (tool.output), as the sandbox was created.
+	ToolOutput bool `json:"tool_output"`
+	// MCPServers are the MCP servers its agent is given (mcp.go): names
+	// of env variables and headers, never their values.
+	MCPServers []MCPServer `json:"mcp_servers,omitempty"`
+	// QueuedTurns are the turns waiting behind the current one, first to
+	// start first; left out when none wait.
+	QueuedTurns []Turn `json:"queued_turns,omitempty"`
+	// Config is the agent's mode and model and its choices (config.go);
+	// left out while none was asked for or announced.
+	Config *AgentConfig `json:"config,omitempty"`
 }
 
 // Source is where a sandbox's workspace comes from at create.
@@ -54,6 +66,9 @@ type Turn struct {
 	CreatedAt   time.Time  `json:"created_at"`
 	CompletedAt *time.Time `json:"completed_at"`
 	StopReason  *string    `json:"stop_reason"`
+	// Usage is the turn's last turn.usage, then its turn.completed usage
+	// when that has one; left out before either.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Done reports whether the turn has settled.

@@ -110,7 +110,7 @@ func (c *State) takeIndex(s *State) {
 
 // ShallowCloneForFold copies what the fold changes in place (the turn and
 // the lists) and shares what it only ever replaces (the sandbox's metadata
-// and current turn, a tool's locations, an approval's options), taking
+// and current turn, a tool's locations and output, an approval's options), taking
 // over the index like CloneForFold. For a writer whose published states
 // never change.
 func (s *State) ShallowCloneForFold() *State {
@@ -164,17 +164,35 @@ func (s *State) Apply(ev *Event) (turn *Turn, appr *Approval) {
 		if c := s.Sandbox.CurrentTurn; c != nil && c.ID == ev.TurnID {
 			t.CreatedAt = c.CreatedAt
 		}
+		if q, ok := s.unqueue(ev.TurnID); ok {
+			t.CreatedAt = q.CreatedAt
+		}
 		s.Turn, s.Messages, s.Tools, s.ToolsOmitted, s.Plan = t, nil, nil, 0, nil
 		s.idx = nil
 		cur := *t
 		s.Sandbox.CurrentTurn = &cur
 		return t, nil
+	case *TurnQueuedData:
+		t := Turn{ID: ev.TurnID, Object: "turn", SandboxID: ev.SandboxID, Status: TurnQueued, Input: d.Input, CreatedAt: ev.TS}
+		// A new list, never an append into the old one: a shallow clone
+		// shares it (ShallowCloneForFold).
+		s.Sandbox.QueuedTurns = append(slices.Clip(s.Sandbox.QueuedTurns), t)
+		return t.Clone(), nil
 	case *TurnCompleted:
+		if q, ok := s.unqueue(ev.TurnID); ok {
+			// Ended without running: canceled, or its sandbox went away.
+			ts, reason := ev.TS, d.StopReason
+			q.Status, q.CompletedAt, q.StopReason = d.Status, &ts, &reason
+			return &q, nil
+		}
 		if s.Turn == nil || s.Turn.ID != ev.TurnID {
 			return nil, nil
 		}
 		ts, reason := ev.TS, d.StopReason
 		s.Turn.Status, s.Turn.CompletedAt, s.Turn.StopReason = d.Status, &ts, &reason
+		if d.Usage != nil {
+			s.Turn.Usage = d.Usage.Clone()
+		}
 		if c := s.Sandbox.CurrentTurn; c != nil && c.ID == ev.TurnID {
 			s.Sandbox.CurrentTurn = nil
 		}
@@ -187,8 +205,25 @@ func (s *State) Apply(ev *Event) (turn *Turn, appr *Approval) {
 		}
 	case *ToolUpdated:
 		s.upsertTool(*d)
+	case *ToolOutput:
+		s.setOutput(*d)
 	case *PlanUpdated:
 		s.Plan = d
+	case *SandboxUpdated:
+		// Replaced, not changed: a shallow clone shares it.
+		s.Sandbox.Config = d.Config.Clone()
+	case *TurnUsage:
+		if s.Turn == nil || s.Turn.ID != ev.TurnID || s.Turn.Done() {
+			return nil, nil
+		}
+		s.Turn.Usage = d.Usage.Clone()
+		if c := s.Sandbox.CurrentTurn; c != nil && c.ID == ev.TurnID {
+			// Replaced, not changed: a shallow clone shares it.
+			cur := *c
+			cur.Usage = d.Usage.Clone()
+			s.Sandbox.CurrentTurn = &cur
+		}
+		return s.Turn, nil
 	case *ApprovalRequested:
 		s.Approvals = append(s.Approvals, *d)
 		return nil, &Approval{ID: d.ApprovalID, Object: "approval", SandboxID: ev.SandboxID, TurnID: ev.TurnID, Status: ApprovalPending}
@@ -209,6 +244,23 @@ func (s *State) Apply(ev *Event) (turn *Turn, appr *Approval) {
 	return nil, nil
 }
 
+// unqueue takes turn id out of the sandbox's queued turns, if it is there,
+// into a new list.
+func (s *State) unqueue(id string) (Turn, bool) {
+	q := s.Sandbox.QueuedTurns
+	for i := range q {
+		if q[i].ID == id {
+			t := *q[i].Clone()
+			s.Sandbox.QueuedTurns = append(q[:i:i], q[i+1:]...)
+			if len(s.Sandbox.QueuedTurns) == 0 {
+				s.Sandbox.QueuedTurns = nil
+			}
+			return t, true
+		}
+	}
+	return Turn{}, false
+}
+
 func (s *State) upsertPart(p MessageUpdated) {
 	x := s.index()
 	if i, ok := x.parts[p.PartID]; ok {
@@ -225,6 +277,9 @@ func (s *State) upsertTool(t ToolUpdated) {
 		if Finished(s.Tools[i].Status) {
 			x.finished--
 		}
+		if t.Output == nil {
+			t.Output = s.Tools[i].Output
+		}
 		s.Tools[i] = t
 	} else {
 		x.tools[t.ToolCallID] = len(s.Tools)
@@ -235,6 +290,16 @@ func (s *State) upsertTool(t ToolUpdated) {
 	}
 	if x.finished > 2*KeptFinishedTools {
 		s.trimTools()
+	}
+}
+
+// setOutput makes o the output of its tool. The output of a tool the
+// state does not hold (left out, or never announced) has nowhere to go:
+// the JSON events pages have it.
+func (s *State) setOutput(o ToolOutput) {
+	if i, ok := s.index().tools[o.ToolCallID]; ok {
+		o.ExitCode = ClonePtr(o.ExitCode)
+		s.Tools[i].Output = &o
 	}
 }
 
@@ -341,6 +406,8 @@ func pointerData(d any) any {
 	switch v := d.(type) {
 	case TurnStarted:
 		return &v
+	case TurnQueuedData:
+		return &v
 	case TurnCompleted:
 		return &v
 	case MessageUpdated:
@@ -354,6 +421,12 @@ func pointerData(d any) any {
 	case ApprovalResolved:
 		return &v
 	case PlanUpdated:
+		return &v
+	case ToolOutput:
+		return &v
+	case TurnUsage:
+		return &v
+	case SandboxUpdated:
 		return &v
 	}
 	return d

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -165,5 +166,94 @@ func TestStatePlan(t *testing.T) {
 	st.Apply(&sandbox.Event{ID: 4, Type: sandbox.TypeTurnStarted, TurnID: "turn_2", Data: &sandbox.TurnStarted{}})
 	if st.Plan != nil {
 		t.Fatalf("a new turn keeps the plan %+v", st.Plan)
+	}
+}
+
+// TestStateTurnUsage: turn.usage sets the running turn's usage, in the
+// snapshot, the turn resource the fold returns and the sandbox's current
+// turn, without touching a shallow clone; turn.completed's usage is the
+// last word, and a turn.usage of another turn or after the end changes
+// nothing.
+func TestStateTurnUsage(t *testing.T) {
+	var st sandbox.State
+	st.Apply(&sandbox.Event{ID: 1, Type: sandbox.TypeTurnStarted, TurnID: "turn_1", Data: &sandbox.TurnStarted{}})
+	if snap := st.Snapshot(); snap.Turn.Usage != nil {
+		t.Fatalf("snapshot turn usage %+v before any, want none", snap.Turn.Usage)
+	}
+	first := sandbox.Usage{ContextTokens: 100, ContextWindow: 1000, Cost: &sandbox.Cost{Amount: 0.01, Currency: "USD"}}
+	turn, _ := st.Apply(&sandbox.Event{ID: 2, Type: sandbox.TypeTurnUsage, TurnID: "turn_1", Data: sandbox.TurnUsage{Usage: first}})
+	if turn == nil || turn.Usage == nil || turn.Usage.ContextTokens != 100 {
+		t.Fatalf("the fold returned the turn %+v, want it with its usage", turn)
+	}
+	old := st.ShallowCloneForFold()
+	st.Apply(&sandbox.Event{ID: 3, Type: sandbox.TypeTurnUsage, TurnID: "turn_1",
+		Data: &sandbox.TurnUsage{Usage: sandbox.Usage{ContextTokens: 200, ContextWindow: 1000, Cost: &sandbox.Cost{Amount: 0.02, Currency: "USD"}}}})
+	snap := st.Snapshot()
+	if u := snap.Turn.Usage; u == nil || u.ContextTokens != 200 || u.Cost == nil || u.Cost.Amount != 0.02 {
+		t.Fatalf("snapshot turn usage %+v, want the last turn.usage", u)
+	}
+	if u := snap.Sandbox.CurrentTurn.Usage; u == nil || u.ContextTokens != 200 {
+		t.Fatalf("current turn usage %+v, want the last turn.usage", u)
+	}
+	if got := old.Snapshot(); got.Turn.Usage.ContextTokens != 100 || got.Sandbox.CurrentTurn.Usage.ContextTokens != 100 {
+		t.Fatalf("a clone taken before changed: turn %+v, current %+v", got.Turn.Usage, got.Sandbox.CurrentTurn.Usage)
+	}
+	c := st.Clone()
+	st.Turn.Usage.Cost.Amount = 9
+	if got := c.Turn.Usage.Cost.Amount; got != 0.02 {
+		t.Fatalf("a clone shares its usage's cost: %v", got)
+	}
+	st.Apply(&sandbox.Event{ID: 4, Type: sandbox.TypeTurnUsage, TurnID: "turn_0", Data: &sandbox.TurnUsage{Usage: sandbox.Usage{ContextTokens: 7}}})
+	if got := st.Turn.Usage.ContextTokens; got != 200 {
+		t.Fatalf("another turn's turn.usage changed the turn: %d", got)
+	}
+	st.Apply(&sandbox.Event{ID: 5, Type: sandbox.TypeTurnCompleted, TurnID: "turn_1",
+		Data: &sandbox.TurnCompleted{Status: sandbox.TurnSucceeded, Usage: &sandbox.Usage{InputTokens: 5, OutputTokens: 6, TotalTokens: 11, ContextTokens: 300}}})
+	if u := st.Turn.Usage; u == nil || u.TotalTokens != 11 || u.ContextTokens != 300 || u.Cost != nil {
+		t.Fatalf("turn usage %+v after turn.completed, want its usage", u)
+	}
+	st.Apply(&sandbox.Event{ID: 6, Type: sandbox.TypeTurnUsage, TurnID: "turn_1", Data: &sandbox.TurnUsage{Usage: sandbox.Usage{ContextTokens: 7}}})
+	if got := st.Turn.Usage.ContextTokens; got != 300 {
+		t.Fatalf("a turn.usage after the end changed the turn: %d", got)
+	}
+}
+
+// TestStateQueuedTurns: turn.queued puts a turn on the sandbox's queue,
+// its turn.started takes it off as the current turn (created when it was
+// queued), and a turn.completed of a turn that never started takes it
+// off settled; a shallow clone's queue stays as it was.
+func TestStateQueuedTurns(t *testing.T) {
+	at := func(s int) time.Time { return time.Date(2026, 1, 1, 0, 0, s, 0, time.UTC) }
+	var st sandbox.State
+	st.Apply(&sandbox.Event{ID: 1, Type: sandbox.TypeTurnStarted, TS: at(1), TurnID: "turn_1", Data: &sandbox.TurnStarted{}})
+	for i, id := range []string{"turn_2", "turn_3"} {
+		turn, _ := st.Apply(&sandbox.Event{ID: uint64(2 + i), Type: sandbox.TypeTurnQueued, TS: at(2 + i), TurnID: id,
+			Data: &sandbox.TurnQueuedData{Input: sandbox.TextInput("next"), Position: i + 1}})
+		if turn == nil || turn.ID != id || turn.Status != sandbox.TurnQueued {
+			t.Fatalf("turn.queued returned %+v, want %s queued", turn, id)
+		}
+	}
+	before := st.ShallowCloneForFold()
+	if got, want := len(st.Sandbox.QueuedTurns), 2; got != want {
+		t.Fatalf("%d queued turns, want %d", got, want)
+	}
+	turn, _ := st.Apply(&sandbox.Event{ID: 4, Type: sandbox.TypeTurnCompleted, TS: at(4), TurnID: "turn_3",
+		Data: &sandbox.TurnCompleted{Status: sandbox.TurnCanceled, StopReason: sandbox.StopCanceled}})
+	if turn == nil || turn.Status != sandbox.TurnCanceled || turn.CompletedAt == nil {
+		t.Fatalf("completed queued turn %+v, want it canceled", turn)
+	}
+	if st.Sandbox.CurrentTurn == nil || st.Sandbox.CurrentTurn.ID != "turn_1" {
+		t.Fatalf("current turn %+v, want turn_1 still", st.Sandbox.CurrentTurn)
+	}
+	st.Apply(&sandbox.Event{ID: 5, Type: sandbox.TypeTurnCompleted, TS: at(5), TurnID: "turn_1", Data: &sandbox.TurnCompleted{Status: sandbox.TurnSucceeded}})
+	st.Apply(&sandbox.Event{ID: 6, Type: sandbox.TypeTurnStarted, TS: at(6), TurnID: "turn_2", Data: &sandbox.TurnStarted{}})
+	if st.Sandbox.QueuedTurns != nil {
+		t.Fatalf("queued turns %+v, want none", st.Sandbox.QueuedTurns)
+	}
+	if cur := st.Sandbox.CurrentTurn; cur == nil || cur.ID != "turn_2" || !cur.CreatedAt.Equal(at(2)) {
+		t.Fatalf("current turn %+v, want turn_2 created when it was queued", cur)
+	}
+	if got := len(before.Sandbox.QueuedTurns); got != 2 {
+		t.Fatalf("the clone's queue changed to %d turns", got)
 	}
 }

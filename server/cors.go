@@ -16,7 +16,7 @@ import (
 // cookies, so a page must hold a token to do anything, and no ambient
 // credential of the browser's can be borrowed.
 const (
-	corsMethods       = "GET, POST, DELETE, OPTIONS"
+	corsMethods       = "GET, POST, PATCH, DELETE, OPTIONS"
 	corsHeaders       = "Authorization, Content-Type, Last-Event-ID"
 	corsExposeHeaders = "X-Request-Id"
 	// corsMaxAge is how long a browser may reuse a preflight answer.

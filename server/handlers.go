@@ -90,19 +90,55 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, ps httpro
 	return nil
 }
 
+// patchRequest is the body of PATCH /v1/sandboxes/{id}: the agent config
+// is all of a sandbox that changes after create.
+type patchRequest struct {
+	Config *sandbox.ConfigChange `json:"config"`
+}
+
+func (s *Server) patchSandbox(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	var req patchRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if req.Config == nil {
+		return sandbox.Errorf(sandbox.EInvalidRequest, "config is required: {\"config\": {\"mode\": …, \"model\": …}}")
+	}
+	sb, err := s.b.SetConfig(r.Context(), ps.ByName("id"), *req.Config)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
 type turnRequest struct {
-	Input *string `json:"input"`
+	// Input is the prompt text, or a list of blocks (docs/api.md).
+	Input json.RawMessage `json:"input"`
+	// Queue lets the turn wait behind the open one instead of being
+	// refused (docs/api.md).
+	Queue bool `json:"queue"`
 }
 
 func (s *Server) startTurn(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	var req turnRequest
-	if err := decodeBody(w, r, &req); err != nil {
+	if err := decodeBodyMax(w, r, &req, s.turnBodyMax()); err != nil {
 		return err
 	}
-	if req.Input == nil || strings.TrimSpace(*req.Input) == "" {
-		return sandbox.Errorf(sandbox.EInvalidRequest, `"input" is required: the prompt text of the turn`)
+	text, blocks, err := turnInput(req.Input)
+	if err != nil {
+		return err
 	}
-	t, err := s.b.StartTurn(r.Context(), ps.ByName("id"), *req.Input)
+	start := s.b.StartTurn
+	if req.Queue {
+		start = s.b.QueueTurn
+	}
+	var t sandbox.Turn
+	if blocks != nil {
+		t, err = s.b.StartTurnInput(r.Context(), ps.ByName("id"), blocks, req.Queue)
+	} else {
+		t, err = start(r.Context(), ps.ByName("id"), text)
+	}
 	if err != nil {
 		return err
 	}
@@ -216,4 +252,56 @@ func appendSeqField(b []byte, name string, v uint64) []byte {
 	b = append(b, `":"`...)
 	b = strconv.AppendUint(b, v, 10)
 	return append(b, '"')
+}
+
+// turnInput reads a turn's "input": a non-empty string, answered as text,
+// or a non-empty list of blocks, checked by the coordinator. Beyond the
+// data of its images, it has the size limit of any body.
+func turnInput(raw json.RawMessage) (string, []sandbox.InputBlock, error) {
+	raw = json.RawMessage(strings.TrimSpace(string(raw)))
+	if len(raw) > maxBodyBytes && raw[0] != '[' {
+		return "", nil, sandbox.Errorf(sandbox.EPayloadTooLarge, "request body is larger than %d bytes", maxBodyBytes)
+	}
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil, sandbox.Errorf(sandbox.EInvalidRequest, `"input" is required: the prompt text of the turn, or a list of blocks`)
+	}
+	if raw[0] == '[' {
+		var blocks []sandbox.InputBlock
+		dec := json.NewDecoder(strings.NewReader(string(raw)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&blocks); err != nil {
+			return "", nil, sandbox.Errorf(sandbox.EInvalidRequest, `"input" is not a list of blocks {type, text | media_type, data | path}: %v`, err)
+		}
+		if len(blocks) == 0 {
+			return "", nil, sandbox.Errorf(sandbox.EInvalidRequest, `"input" is an empty list; send at least one block`)
+		}
+		// Only images have the room of turnBodyImages: the rest keeps the
+		// limit of any body.
+		rest := len(raw)
+		for _, b := range blocks {
+			rest -= len(b.Data)
+		}
+		if rest > maxBodyBytes {
+			return "", nil, sandbox.Errorf(sandbox.EPayloadTooLarge, "request body is larger than %d bytes besides its images", maxBodyBytes)
+		}
+		return "", blocks, nil
+	}
+	var text string
+	if err := json.Unmarshal(raw, &text); err != nil {
+		return "", nil, sandbox.Errorf(sandbox.EInvalidRequest, `"input" must be a string or a list of blocks`)
+	}
+	if strings.TrimSpace(text) == "" {
+		return "", nil, sandbox.Errorf(sandbox.EInvalidRequest, `"input" is required: the prompt text of the turn, or a list of blocks`)
+	}
+	return text, nil, nil
+}
+
+// turnBodyMax is the body limit of a turn: room for turnBodyImages
+// images of the largest size in base64, besides the usual 1 MiB.
+func (s *Server) turnBodyMax() int64 {
+	img := s.cfg.TurnImageMax
+	if img <= 0 {
+		img = coordinator.DefaultTurnImageMax
+	}
+	return maxBodyBytes + turnBodyImages*((img+2)/3*4)
 }

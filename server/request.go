@@ -20,6 +20,11 @@ import (
 // decodeBody decodes the JSON object in r's body into v. An empty body
 // leaves v as it is, so callers decide whether a body is required.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	return decodeBodyMax(w, r, v, maxBodyBytes)
+}
+
+// decodeBodyMax is decodeBody for a body of up to limit bytes.
+func decodeBodyMax(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
 	// The body has a deadline of its own: http.Server's ReadTimeout would
 	// also end every stream, and without one a client sending a byte now
 	// and then holds a goroutine forever.
@@ -34,7 +39,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if rc != nil {
 		_ = rc.SetReadDeadline(time.Now().Add(timeout))
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err == nil && rc != nil {
 		// Only a body read whole lifts the deadline: after a failed one,
 		// net/http discards the rest of the body before it answers, and
@@ -43,7 +48,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	}
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return sandbox.Errorf(sandbox.EPayloadTooLarge, "request body is larger than %d bytes", maxBodyBytes)
+			return sandbox.Errorf(sandbox.EPayloadTooLarge, "request body is larger than %d bytes", limit)
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return sandbox.Errorf(sandbox.EInvalidRequest, "the request body did not arrive within %s; send it whole and at once", timeout)

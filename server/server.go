@@ -28,7 +28,10 @@ type Backend interface {
 	Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
 	Sandboxes(ctx context.Context, after string, limit int) ([]sandbox.Sandbox, bool, error)
 	DeleteSandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
+	SetConfig(ctx context.Context, id string, ch sandbox.ConfigChange) (sandbox.Sandbox, error)
 	StartTurn(ctx context.Context, id, input string) (sandbox.Turn, error)
+	QueueTurn(ctx context.Context, id, input string) (sandbox.Turn, error)
+	StartTurnInput(ctx context.Context, id string, input []sandbox.InputBlock, queue bool) (sandbox.Turn, error)
 	Turn(ctx context.Context, id, turnID string) (sandbox.Turn, error)
 	CancelTurn(ctx context.Context, id, turnID string) (sandbox.Turn, error)
 	Decide(ctx context.Context, id, approvalID string, d sandbox.Decision) (sandbox.Approval, error)
@@ -70,6 +73,11 @@ type Config struct {
 	// BodyTimeout bounds the reading of a request's body (default 30s):
 	// a client that trickles its body is answered 400 and let go.
 	BodyTimeout time.Duration
+	// TurnImageMax is the decoded size one image of a turn's input may
+	// have (--turn-image-max-size; 0 is coordinator.DefaultTurnImageMax).
+	// A turn's body may hold turnBodyImages of them besides the 1 MiB of
+	// any other body.
+	TurnImageMax int64
 	// Metrics, when set, is served at /metrics to holders of the server
 	// token (the Prometheus text format; scrapers send the bearer token).
 	Metrics http.Handler
@@ -146,6 +154,9 @@ type Server struct {
 // Body and timing limits.
 const (
 	maxBodyBytes = 1 << 20
+	// turnBodyImages is how many images of the largest size one turn's
+	// body has room for, in base64.
+	turnBodyImages = 4
 	// defaultBodyTimeout bounds the reading of a request body: 1 MiB at
 	// most, which any client that means it sends in far less.
 	defaultBodyTimeout = 30 * time.Second
@@ -206,6 +217,7 @@ func (s *Server) newRouter() *httprouter.Router {
 		{http.MethodGet, "/v1/sandboxes", accessFull, s.listSandboxes},
 		{http.MethodGet, "/v1/sandboxes/:id", accessRead, s.getSandbox},
 		{http.MethodDelete, "/v1/sandboxes/:id", accessFull, s.deleteSandbox},
+		{http.MethodPatch, "/v1/sandboxes/:id", accessFull, s.patchSandbox},
 		{http.MethodPost, "/v1/sandboxes/:id/turns", accessFull, s.startTurn},
 		{http.MethodGet, "/v1/sandboxes/:id/turns/:turn_id", accessFull, s.getTurn},
 		{http.MethodPost, "/v1/sandboxes/:id/turns/:turn_id/cancel", accessFull, s.cancelTurn},

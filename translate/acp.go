@@ -24,11 +24,18 @@ type rawUpdate struct {
 	Kind          json.RawMessage `json:"kind"`
 	Status        json.RawMessage `json:"status"`
 	Locations     json.RawMessage `json:"locations"`
+	// tool_call, tool_call_update: read only for the terminal output of
+	// Config.ToolOutput (tooloutput.go).
+	Meta json.RawMessage `json:"_meta"`
+	// With a terminal exit only: the whole output when none was streamed.
+	RawOutput json.RawMessage `json:"rawOutput"`
 	// plan: the whole list of entries.
 	Entries json.RawMessage `json:"entries"`
-	// usage_update: the context window's tokens in use and its size.
-	Used *int64 `json:"used"`
-	Size *int64 `json:"size"`
+	// usage_update: the context window's tokens in use and its size, and
+	// the session's cost so far.
+	Used *int64          `json:"used"`
+	Size *int64          `json:"size"`
+	Cost json.RawMessage `json:"cost"`
 }
 
 // contentBlock is the part of an ACP ContentBlock that carries text.

@@ -13,7 +13,11 @@
 // agent's sessionId, messageId and toolCallId, JSON-RPC ids, rawInput,
 // rawOutput, tool content (diffs, terminal output), _meta and any field this
 // package does not know are never copied; the agent's ids are mapped to ids of
-// our own (msg_, part_, tool_, appr_, opt_N).
+// our own (msg_, part_, tool_, appr_, opt_N). The one exception is the text
+// of a command's terminal output, read (from _meta, or codex-acp's rawOutput
+// aggregated_output with the exit) only with Config.ToolOutput and curated
+// into tool.output: escape sequences and control bytes stripped, redacted,
+// its last 16 KiB (tooloutput.go).
 //
 // Decisions where the protocol or the contract leave room:
 //
@@ -80,12 +84,18 @@
 //   - Usage: turn.completed.usage holds the token counts of the
 //     session/prompt answer (TurnResult.Usage) and, when the agent sent
 //     usage_update during the turn, the last one's context window as
-//     context_tokens and context_window; null when there was neither.
-//     ACP's usage_update carries the context window (used, size) and a
-//     cumulative cost, not the tokens a turn spent (codex-acp 0.16.0 sends
-//     it, with used = the last model call's total tokens, and no usage in
-//     its prompt answer), so it never passes for token counts. It is not
-//     forwarded as an event (counted as "usage_update").
+//     context_tokens and context_window and its cost; null when there was
+//     neither. ACP's usage_update carries the context window (used, size)
+//     and a cumulative cost, not the tokens a turn spent (codex-acp 0.16.0
+//     sends it, with used = the last model call's total tokens, and no
+//     usage in its prompt answer), so it never passes for token counts.
+//     During the turn it becomes turn.usage, coalesced like
+//     message.updated: at most one per flush interval, none when the
+//     figures did not change, and none left waiting once turn.completed
+//     carries the last figures. Each field is kept only when it makes
+//     sense: counts not negative, a cost not negative in a currency of
+//     three letters (upper-cased); a cost that makes none is counted as
+//     "malformed" and the last one kept.
 //   - A message part holds at most MaxPartBytes of text; the rest is dropped
 //     and counted as "truncated". Parts larger than 64 KiB are emitted less
 //     often (the flush interval grows with the part's size), which keeps the

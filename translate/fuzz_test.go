@@ -59,6 +59,14 @@ xthe agent said zq-canary-7f3a9
 e2
 {"sessionId":"sess-secret-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Bearer sk-ant-api03-abcdefghijklmnopqrstuvwxyz"}}}
 e3`,
+	`{"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call","toolCallId":"agent-secret-id-t1","title":"make","kind":"execute","status":"in_progress","content":[{"type":"terminal","terminalId":"agent-secret-id-term"}],"_meta":{"terminal_info":{"terminal_id":"agent-secret-id-term"}}}}
+{"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call_update","toolCallId":"agent-secret-id-t1","_meta":{"terminal_output":{"terminal_id":"agent-secret-id-term","data":"\u001b[31mzq-can"}}}}
+t2
+{"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call_update","toolCallId":"agent-secret-id-t1","_meta":{"terminal_output":{"terminal_id":"agent-secret-id-term","data":"ary-7f3a9 /srv/data/sandboxes/c_1/work/a.go /srv/da"}}}}
+t9
+{"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call_update","toolCallId":"agent-secret-id-t1","_meta":{"terminal_output":{"terminal_id":"agent-secret-id-term","data":"ta/token\r\n"}}}}
+{"sessionId":"sess-secret-1","update":{"sessionUpdate":"tool_call_update","toolCallId":"agent-secret-id-t1","status":"completed","_meta":{"terminal_exit":{"terminal_id":"agent-secret-id-term","exit_code":1,"signal":null}}}}
+e0`,
 }
 
 func FuzzTranslate(f *testing.F) {
@@ -100,6 +108,7 @@ func fuzzTranslate(t *testing.T, data []byte) {
 		FlushInterval: 5 * time.Millisecond,
 		Now:           c.Now,
 		NewID:         seqIDs(),
+		ToolOutput:    true,
 	})
 	var evs []*sandbox.Event
 	evs = append(evs, tr.StartTurn("turn_1", sandbox.TextInput("go"))...)
@@ -155,7 +164,7 @@ func checkFuzzEvents(t *testing.T, evs []*sandbox.Event) {
 		input_tokens output_tokens total_tokens context_tokens context_window message_id part_id index kind parts tool_call_id title
 		locations path line approval_id options option_id label expires_at decision reason
 		changes added modified deleted files change truncated turn_id
-		entries content priority`) {
+		entries content priority amount currency cost exit_code`) {
 		allowed[k] = true
 	}
 	requested := map[string]int{}

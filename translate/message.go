@@ -174,26 +174,36 @@ func (t *Translator) partEvent(now time.Time, p *part, text string) *sandbox.Eve
 	})
 }
 
-// Flush emits the coalesced message.updated whose interval has passed.
+// Flush emits the coalesced message.updated and turn.usage whose interval
+// has passed.
 func (t *Translator) Flush() []*sandbox.Event {
+	now := t.now()
+	evs := t.flushUsage(now)
+	evs = t.flushOutputs(now, evs)
 	p := t.open
 	if p == nil || !p.dirty {
-		return nil
+		return evs
 	}
-	now := t.now()
 	if now.Sub(p.sentAt) < t.partInterval(p) {
-		return nil
+		return evs
 	}
-	return t.emit(now, p, nil)
+	return t.emit(now, p, evs)
 }
 
 // NextFlush returns when Flush next has something to emit.
 func (t *Translator) NextFlush() (time.Time, bool) {
+	at, ok := t.nextUsage()
+	if next, due := t.nextOutputFlush(); due && (!ok || next.Before(at)) {
+		at, ok = next, true
+	}
 	p := t.open
 	if p == nil || !p.dirty {
-		return time.Time{}, false
+		return at, ok
 	}
-	return p.sentAt.Add(t.partInterval(p)), true
+	if next := p.sentAt.Add(t.partInterval(p)); !ok || next.Before(at) {
+		return next, true
+	}
+	return at, true
 }
 
 // completeMessages emits the turn's message.completed, if any: the final

@@ -14,6 +14,8 @@ import (
 type tool struct {
 	state sandbox.ToolUpdated
 	order int // position in announcement order, for settling in order
+	// out is the output of its command, nil until it printed something.
+	out *toolOutput
 }
 
 func (t *Translator) toolUpdate(now time.Time, u *rawUpdate) []*sandbox.Event {
@@ -23,6 +25,19 @@ func (t *Translator) toolUpdate(now time.Time, u *rawUpdate) []*sandbox.Event {
 		return nil
 	}
 	evs := t.closePart(now, nil)
+	// The output goes before the status that ends its tool, so a finished
+	// tool shows its final output; a tool announced by its output first.
+	term := t.terminalMeta(u)
+	tl, known := t.tools[f.agentID]
+	if !known {
+		tl, evs = t.upsertTool(now, f, evs)
+		return t.output(now, tl, term, sandbox.Finished(tl.state.Status), evs)
+	}
+	ends := sandbox.Finished(tl.state.Status)
+	if s, ok := toolStatus(deref(f.status)); ok && sandbox.Finished(s) {
+		ends = true
+	}
+	evs = t.output(now, tl, term, ends, evs)
 	_, evs = t.upsertTool(now, f, evs)
 	return evs
 }
@@ -125,6 +140,7 @@ func (t *Translator) settleTools(now time.Time, turnStatus string, evs []*sandbo
 				st = sandbox.ToolCompleted
 			}
 		}
+		evs = t.endOutput(now, tl, evs)
 		tl.state.Status = st
 		evs = append(evs, t.toolEvent(now, tl))
 	}

@@ -52,6 +52,10 @@ type Config struct {
 	ApprovalTTL time.Duration
 	Now         func() time.Time           // time.Now when nil
 	NewID       func(prefix string) string // sandbox.NewID when nil
+	// ToolOutput turns on tool.output: the output of the commands the
+	// agent runs, which it sends only to a client that asked for it
+	// (tooloutput.go). Off, the agent's _meta is never read.
+	ToolOutput bool
 }
 
 // Pending is an approval waiting for a decision.
@@ -114,6 +118,8 @@ type Translator struct {
 	newID     func(string) string
 	red       *redactor
 	stats     Stats
+	// toolOutput is Config.ToolOutput.
+	toolOutput bool
 
 	turnID  string // "" outside a turn
 	started time.Time
@@ -130,11 +136,16 @@ type Translator struct {
 	finished  []string
 	toolOrder int
 	pending   []*approval
-	context   *contextUsage // the turn's last usage_update, nil before one
+	usage     liveUsage // the turn's usage_update so far
 	// The turn's last plan.updated entries, so an unchanged plan is not
 	// sent again.
 	planSent bool
 	lastPlan []sandbox.PlanEntry
+	// growing are tools whose output waits for the flush interval.
+	growing []*tool
+
+	// config is the agent config last curated (config.go), across turns.
+	config *sandbox.AgentConfig
 
 	// Ids of approvals already resolved, so a second resolution is a
 	// conflict rather than not found.
@@ -152,6 +163,7 @@ func New(cfg Config) *Translator {
 		resolved:  map[string]bool{},
 		stats:     Stats{Dropped: map[string]int{}},
 	}
+	t.toolOutput = cfg.ToolOutput
 	roots := newPathRoots(cfg.Dir, cfg.DataDir)
 	t.dirs = roots.work()
 	t.red = newRedactor(cfg.Secrets, roots)
@@ -176,12 +188,10 @@ func (t *Translator) resetTurn() {
 	t.parts, t.byAgent, t.cur, t.open = nil, map[string]*message{}, nil, nil
 	t.tools, t.finished, t.toolOrder = map[string]*tool{}, nil, 0
 	t.pending = nil
-	t.context = nil
+	t.growing = nil
+	t.usage = liveUsage{}
 	t.planSent, t.lastPlan = false, nil
 }
-
-// contextUsage is what an agent said of its context window (usage_update).
-type contextUsage struct{ used, size int64 }
 
 // InTurn reports whether a turn is running.
 func (t *Translator) InTurn() bool { return t.turnID != "" }
@@ -201,7 +211,8 @@ func (t *Translator) StartTurn(turnID string, input []sandbox.Input) []*sandbox.
 	t.turnID, t.started = turnID, now
 	in := make([]sandbox.Input, 0, len(input))
 	for _, x := range input {
-		in = append(in, sandbox.Input{Type: x.Type, Text: t.redact(x.Text)})
+		x.Text, x.Path = t.redact(x.Text), t.redact(x.Path)
+		in = append(in, x)
 	}
 	return append(evs, t.event(now, sandbox.TypeTurnStarted, &sandbox.TurnStarted{Input: in}))
 }
@@ -209,6 +220,9 @@ func (t *Translator) StartTurn(turnID string, input []sandbox.Input) []*sandbox.
 // Update translates the params of one session/update notification.
 func (t *Translator) Update(params json.RawMessage) []*sandbox.Event {
 	if !t.InTurn() {
+		if isConfigUpdate(params) {
+			return t.configUpdate(params)
+		}
 		t.drop(DropOutsideTurn)
 		return nil
 	}
@@ -233,17 +247,10 @@ func (t *Translator) Update(params json.RawMessage) []*sandbox.Event {
 		t.drop(kind)
 		return t.closePart(now, nil)
 	case "usage_update":
-		// Not forwarded: kept for the turn's usage (see EndTurn).
-		if u := n.Update; u.Used != nil && *u.Used >= 0 {
-			t.context = &contextUsage{used: *u.Used}
-			if u.Size != nil && *u.Size >= 0 {
-				t.context.size = *u.Size
-			}
-		}
-		t.drop(kind)
-		return nil
-	case "user_message_chunk", "available_commands_update", "current_mode_update",
-		"config_option_update", "session_info_update":
+		return t.usageUpdate(now, n.Update)
+	case "current_mode_update", "config_option_update":
+		return t.configUpdate(params)
+	case "user_message_chunk", "available_commands_update", "session_info_update":
 		t.drop(kind)
 		return nil
 	default:
@@ -290,16 +297,7 @@ func (t *Translator) EndTurn(r TurnResult) []*sandbox.Event {
 	default:
 		done.Status, done.StopReason = sandbox.TurnSucceeded, sandbox.StopEndTurn
 	}
-	if r.Usage != nil {
-		u := *r.Usage
-		done.Usage = &u
-	}
-	if t.context != nil {
-		if done.Usage == nil {
-			done.Usage = &sandbox.Usage{}
-		}
-		done.Usage.ContextTokens, done.Usage.ContextWindow = t.context.used, t.context.size
-	}
+	done.Usage = t.turnUsage(r.Usage)
 
 	done.Changes = t.redactChanges(r.Changes)
 
@@ -322,7 +320,8 @@ func (t *Translator) Error(code, message string) []*sandbox.Event {
 	switch code {
 	case sandbox.ErrAgentStartFailed, sandbox.ErrAgentExited, sandbox.ErrProtocol,
 		sandbox.ErrTurnTimeout, sandbox.ErrCoordinatorRestarted, sandbox.ErrSessionLost, sandbox.ErrInternal,
-		sandbox.ErrLogFull, sandbox.ErrDiskFull, sandbox.ErrSourceFailed:
+		sandbox.ErrLogFull, sandbox.ErrDiskFull, sandbox.ErrSourceFailed,
+		sandbox.ErrConfigFailed:
 	default:
 		code = sandbox.ErrInternal
 	}
@@ -376,8 +375,9 @@ func (t *Translator) drop(key string) {
 func (t *Translator) RedactInput(input []sandbox.Input) []sandbox.Input {
 	out := make([]sandbox.Input, 0, len(input))
 	for _, x := range input {
-		text, _ := t.red.String(x.Text)
-		out = append(out, sandbox.Input{Type: x.Type, Text: text})
+		x.Text, _ = t.red.String(x.Text)
+		x.Path, _ = t.red.String(x.Path)
+		out = append(out, x)
 	}
 	return out
 }

@@ -31,7 +31,7 @@ func TestStats(t *testing.T) {
 		{
 			name: "UnknownAndIgnoredKinds",
 			dropped: map[string]int{
-				"plan_update": 1, "available_commands_update": 1, "current_mode_update": 1, "usage_update": 1,
+				"plan_update": 1, "available_commands_update": 1,
 				"user_message_chunk": 1, "brand_new_kind": 1, DropNonTextContent: 1,
 			},
 			chunks: 3,
@@ -39,7 +39,7 @@ func TestStats(t *testing.T) {
 		{name: "Malformed", dropped: map[string]int{DropMalformed: 13}},
 		{
 			name:    "CodexExecWithAbsolutePaths",
-			dropped: map[string]int{"usage_update": 2, "available_commands_update": 1},
+			dropped: map[string]int{"available_commands_update": 1},
 			chunks:  12,
 		},
 		{name: "OutsideTurn", dropped: map[string]int{DropOutsideTurn: 4}, chunks: 1},
@@ -187,8 +187,8 @@ func TestEndTurn(t *testing.T) {
 			updates bool
 			want    *sandbox.Usage
 		}{
-			{"WithoutAnswerUsage", TurnResult{StopReason: "end_turn"}, true, &sandbox.Usage{ContextTokens: 53000, ContextWindow: 200000}},
-			{"AnswerUsageKept", TurnResult{StopReason: "end_turn", Usage: &sandbox.Usage{InputTokens: 3, OutputTokens: 40, TotalTokens: 1243}}, true, &sandbox.Usage{InputTokens: 3, OutputTokens: 40, TotalTokens: 1243, ContextTokens: 53000, ContextWindow: 200000}},
+			{"WithoutAnswerUsage", TurnResult{StopReason: "end_turn"}, true, &sandbox.Usage{ContextTokens: 53000, ContextWindow: 200000, Cost: &sandbox.Cost{Amount: 0.045, Currency: "USD"}}},
+			{"AnswerUsageKept", TurnResult{StopReason: "end_turn", Usage: &sandbox.Usage{InputTokens: 3, OutputTokens: 40, TotalTokens: 1243}}, true, &sandbox.Usage{InputTokens: 3, OutputTokens: 40, TotalTokens: 1243, ContextTokens: 53000, ContextWindow: 200000, Cost: &sandbox.Cost{Amount: 0.045, Currency: "USD"}}},
 			{"NoUsageAtAll", TurnResult{StopReason: "end_turn"}, false, nil},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
@@ -204,8 +204,8 @@ func TestEndTurn(t *testing.T) {
 				}
 				evs := tr.EndTurn(tt.r)
 				d := evs[len(evs)-1].Data.(*sandbox.TurnCompleted)
-				if (d.Usage == nil) != (tt.want == nil) || d.Usage != nil && *d.Usage != *tt.want {
-					t.Fatalf("usage = %+v, want %+v", d.Usage, tt.want)
+				if got, want := string(mustJSON(t, d.Usage)), string(mustJSON(t, tt.want)); got != want {
+					t.Fatalf("usage = %s, want %s", got, want)
 				}
 			})
 		}
@@ -462,7 +462,7 @@ func TestNothingForwardedOutsideAllowList(t *testing.T) {
 		input_tokens output_tokens total_tokens context_tokens context_window message_id part_id index kind parts tool_call_id title
 		locations path line approval_id options option_id label expires_at decision reason
 		changes added modified deleted files change truncated turn_id
-		entries content priority`) {
+		entries content priority amount currency cost`) {
 		allowed[k] = true
 	}
 	for _, sc := range scenarios {

@@ -11,7 +11,7 @@ import { Guide } from "./guide.js";
 import { earlierEvents, firstTurn, turnEvents } from "./history.js";
 import { SandboxList } from "./list.js";
 import { APIError, SandboxEventStream, State } from "./sparkles-events.js";
-import { Transcript } from "./view.js";
+import { configWords, Transcript } from "./view.js";
 import { Workspace } from "./workspace.js";
 
 const TOKEN_KEY = "sparkles.token";
@@ -44,6 +44,7 @@ const ui = {
   sandbox: $("sandbox"),
   title: $("sandbox-title"),
   sandboxID: $("sandbox-id"),
+  sandboxConfig: $("sandbox-config"),
   status: $("sandbox-status"),
   connection: $("connection"),
   connectionText: $("connection-text"),
@@ -317,6 +318,9 @@ function openSandbox(id) {
     onEvent(env) {
       const stick = nearEnd();
       list.sawEvent(env);
+      if (env.type === "sandbox.updated") {
+        list.remember({ id, config: env.data.config });
+      }
       transcript.applyEvent(env);
       scrollToEnd(stick);
       if (env.type === "turn.completed" || env.type === "workspace.reverted") {
@@ -351,6 +355,8 @@ function renderHeader() {
   ui.title.textContent = name;
   ui.sandboxID.textContent = sb.id;
   ui.sandboxID.hidden = name === sb.id;
+  ui.sandboxConfig.textContent = configWords(sb.config);
+  ui.sandboxConfig.hidden = !ui.sandboxConfig.textContent;
   document.title = `${name} — Sparkles`;
   updateControls();
 }

@@ -228,19 +228,24 @@ func TestBrowserReloadMidTurn(t *testing.T) {
 	b.openSandbox(s, createSandbox(t, s))
 
 	// The turn waits on the approval: it stays open across the reload,
-	// its plan with it (from the snapshot).
-	b.prompt("write notes.txt, with a plan")
+	// its plan and its usage so far with it (from the snapshot).
+	b.prompt("write notes.txt, with a plan and usage")
 	b.do("the approval card", chromedp.WaitVisible(chromedp.CSS(".approval button.approve")))
 	b.until("the read tool's card", fmt.Sprintf(`%s.querySelectorAll('.tool').length === 2`, lastTurn))
 	b.untilJSON("the plan: read done, write in progress", `[...`+lastTurn+`.querySelectorAll('.plan-entry')].map(e => e.textContent)`,
 		`["✓Read notes.txt","◐Write notes.txt","○Reply"]`)
-	before := eval[string](b, viewJS)
+	usageJS := lastTurn + `.querySelector('.turn-detail').textContent`
+	b.until("the usage so far", fmt.Sprintf(`/^[0-9,]+ tokens · 0\.[0-9]{4} USD$/.test(%s)`, usageJS))
+	before, usage := eval[string](b, viewJS), eval[string](b, usageJS)
 
 	b.do("reload", chromedp.Reload())
 	b.waitLive()
 	b.do("the approval card is back", chromedp.WaitVisible(chromedp.CSS(".approval button.approve")))
 	if after := eval[string](b, viewJS); after != before {
 		t.Fatalf("the view changed across the reload:\nbefore %s\nafter  %s", before, after)
+	}
+	if after := eval[string](b, usageJS); after != usage {
+		t.Fatalf("the usage changed across the reload: %q, then %q", usage, after)
 	}
 	if got, want := eval[bool](b, `document.getElementById('cancel-turn').disabled`), false; got != want {
 		t.Fatalf("cancel disabled = %v, want %v while the turn runs", got, want)

@@ -30,6 +30,8 @@ export type SandboxErrorCode =
   | "disk_full"
   | "source_failed"
   | "server_stopped"
+  | "config_failed"
+  | "input_unsupported"
   | "internal";
 
 export interface TextInput {
@@ -37,16 +39,34 @@ export interface TextInput {
   text: string;
 }
 
+/** An image of a turn's input: its media type and decoded size, never its data. */
+export interface ImageInput {
+  type: "image";
+  media_type: string;
+  bytes: number;
+}
+
+/** A file of the workspace in a turn's input, by its relative path. */
+export interface FileInput {
+  type: "file";
+  path: string;
+}
+
+/** One block of a turn's input as the log records it. */
+export type Input = TextInput | ImageInput | FileInput;
+
 /** The turn resource. */
 export interface Turn {
   id: string;
   object: "turn";
   sandbox_id: string;
   status: TurnStatus;
-  input: TextInput[];
+  input: Input[];
   created_at: Timestamp;
   completed_at: Timestamp | null;
   stop_reason: StopReason | null;
+  /** The last turn.usage, then turn.completed's usage when it has one; absent before either. */
+  usage?: Usage;
 }
 
 /** The sandbox resource, with the watermarks of its log. */
@@ -65,6 +85,39 @@ export interface Sandbox {
   pruned_through: EventID;
   /** Where the workspace came from; absent when it started empty. */
   source?: Source;
+  /** Created with tool_output: the log has tool.output events. */
+  tool_output: boolean;
+  /** The turns queued behind current_turn, first to start first; absent when none wait. */
+  queued_turns?: Turn[];
+  /** The MCP servers given at create; absent when none were. */
+  mcp_servers?: MCPServer[];
+  /** The agent's mode and model with the choices it announced; absent while none was asked for and the agent announced none. */
+  config?: AgentConfig;
+}
+
+/** A mode or a model an agent offers. */
+export interface ConfigChoice {
+  id: string;
+  name: string;
+}
+
+/** The mode and the model a sandbox's agent works in, with the choices it announced (at most 50 of each; empty when it announced none). */
+export interface AgentConfig {
+  mode?: string;
+  model?: string;
+  modes: ConfigChoice[];
+  models: ConfigChoice[];
+}
+
+/** An MCP server of a sandbox: the names of its env variables and headers, never their values. */
+export interface MCPServer {
+  name: string;
+  type: "stdio" | "http" | "sse";
+  command?: string;
+  args?: string[];
+  env_keys?: string[];
+  url?: string;
+  header_names?: string[];
 }
 
 /** A sandbox's source: a git repository cloned into its workspace. */
@@ -82,12 +135,27 @@ export interface ErrorInfo {
   message: string;
 }
 
+/** The token counts are the prompt answer's: 0 in turn.usage, which comes before it. */
 export interface Usage {
   input_tokens: number;
   output_tokens: number;
   total_tokens: number;
   context_tokens?: number;
   context_window?: number;
+  /** What the agent says its session has cost so far; absent when it reported none. */
+  cost?: Cost;
+}
+
+export interface Cost {
+  /** Not negative. */
+  amount: number;
+  /** An ISO 4217 code, upper case ("USD"). */
+  currency: string;
+}
+
+/** The running turn's usage so far: each replaces the last. */
+export interface TurnUsageData {
+  usage: Usage;
 }
 
 export interface MessageUpdatedData {
@@ -125,6 +193,19 @@ export interface ToolUpdatedData {
   kind: ToolKind;
   status: ToolStatus;
   locations: Location[];
+  /** In a snapshot's tools only: the tool's last tool.output data. */
+  output?: ToolOutputData;
+}
+
+/** What a command printed: each replaces the tool's last. */
+export interface ToolOutputData {
+  tool_call_id: string;
+  /** The last 16 KiB, escape sequences and control bytes but \n and \t left out, redacted. */
+  text: string;
+  /** Earlier output was dropped. */
+  truncated: boolean;
+  /** Null until the command ended, and when the agent did not say. */
+  exit_code: number | null;
 }
 
 export interface ApprovalOption {
@@ -151,7 +232,14 @@ export interface ApprovalResolvedData {
 }
 
 export interface TurnStartedData {
-  input: TextInput[];
+  input: Input[];
+}
+
+/** A turn accepted with queue while another was open; turn_id is the queued turn. */
+export interface TurnQueuedData {
+  input: Input[];
+  /** Its place in the queue when it was accepted, 1 for the next to start. */
+  position: number;
 }
 
 export interface TurnCompletedData {
@@ -201,6 +289,11 @@ export interface PlanUpdatedData {
   entries: PlanEntry[];
 }
 
+/** The sandbox's agent config as it now is: it replaces the last. */
+export interface SandboxUpdatedData {
+  config: AgentConfig;
+}
+
 export interface SandboxErrorData {
   code: SandboxErrorCode;
   message: string;
@@ -242,6 +335,7 @@ interface Envelope<T extends string, D, I extends EventID | null> {
 }
 
 export type TurnStartedEvent = Envelope<"turn.started", TurnStartedData, EventID>;
+export type TurnQueuedEvent = Envelope<"turn.queued", TurnQueuedData, EventID>;
 export type TurnCompletedEvent = Envelope<"turn.completed", TurnCompletedData, EventID>;
 export type MessageUpdatedEvent = Envelope<"message.updated", MessageUpdatedData, EventID>;
 export type MessageCompletedEvent = Envelope<"message.completed", MessageCompletedData, EventID>;
@@ -252,12 +346,17 @@ export type SandboxErrorEvent = Envelope<"sandbox.error", SandboxErrorData, Even
 /** Belongs to no turn: turn_id is null. */
 export type WorkspaceRevertedEvent = Envelope<"workspace.reverted", WorkspaceRevertedData, EventID>;
 export type PlanUpdatedEvent = Envelope<"plan.updated", PlanUpdatedData, EventID>;
+export type TurnUsageEvent = Envelope<"turn.usage", TurnUsageData, EventID>;
+export type ToolOutputEvent = Envelope<"tool.output", ToolOutputData, EventID>;
+/** turn_id is the turn the agent switched in, null for a change between turns. */
+export type SandboxUpdatedEvent = Envelope<"sandbox.updated", SandboxUpdatedData, EventID>;
 export type SnapshotEvent = Envelope<"snapshot", SnapshotData, null>;
 export type SandboxStatusEvent = Envelope<"sandbox.status", SandboxStatusData, null>;
 
 /** An event of the log: what onEvent receives, discriminated by `type`. */
 export type DurableEvent =
   | TurnStartedEvent
+  | TurnQueuedEvent
   | TurnCompletedEvent
   | MessageUpdatedEvent
   | MessageCompletedEvent
@@ -266,7 +365,10 @@ export type DurableEvent =
   | ApprovalResolvedEvent
   | SandboxErrorEvent
   | WorkspaceRevertedEvent
-  | PlanUpdatedEvent;
+  | PlanUpdatedEvent
+  | TurnUsageEvent
+  | ToolOutputEvent
+  | SandboxUpdatedEvent;
 
 /** Any frame of the stream. */
 export type SandboxEvent = DurableEvent | SnapshotEvent | SandboxStatusEvent;

@@ -148,7 +148,7 @@ func realEventsFixture(t *testing.T) string {
 	var sb struct {
 		ID string `json:"id"`
 	}
-	if err := json.Unmarshal(call(http.MethodPost, "/v1/sandboxes", `{"metadata":{"from":"typescript_test"}}`), &sb); err != nil {
+	if err := json.Unmarshal(call(http.MethodPost, "/v1/sandboxes", `{"metadata":{"from":"typescript_test"},"tool_output":true}`), &sb); err != nil {
 		t.Fatal(err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/sandboxes/"+sb.ID+"/events/stream?since=0", nil)
@@ -188,7 +188,7 @@ func realEventsFixture(t *testing.T) string {
 	var turn struct {
 		ID string `json:"id"`
 	}
-	if err := json.Unmarshal(call(http.MethodPost, "/v1/sandboxes/"+sb.ID+"/turns", `{"input":"please write notes.txt, with a plan"}`), &turn); err != nil {
+	if err := json.Unmarshal(call(http.MethodPost, "/v1/sandboxes/"+sb.ID+"/turns", `{"input":"please write notes.txt, with a plan, its output and usage"}`), &turn); err != nil {
 		t.Fatal(err)
 	}
 	appr := next("approval.requested")["data"].(map[string]any)["approval_id"].(string)
@@ -210,7 +210,7 @@ func realEventsFixture(t *testing.T) string {
 		_ = json.Unmarshal([]byte(f), &env)
 		types[env.Type] = true
 	}
-	for _, typ := range []string{"snapshot", "sandbox.status", "turn.started", "turn.completed", "message.updated", "message.completed", "tool.updated", "approval.requested", "approval.resolved", "sandbox.error"} {
+	for _, typ := range []string{"snapshot", "sandbox.status", "turn.started", "turn.completed", "message.updated", "message.completed", "tool.updated", "approval.requested", "approval.resolved", "sandbox.error", "tool.output", "turn.usage"} {
 		if !types[typ] {
 			t.Fatalf("the run produced no %s frame", typ)
 		}

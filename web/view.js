@@ -60,7 +60,54 @@ export function endDetail({ stop_reason, error, duration_ms } = {}) {
 // CLI's exit status 3 counts them: requests the user denied.
 export const denialWords = (n) => (n === 1 ? "succeeded with a denial" : `succeeded with ${n} denials`);
 
+// usageWords is what a turn's usage says under it ("" when nothing): its
+// tokens (the answer's total, else what its context holds, while it runs)
+// and its cost.
+export function usageWords(usage) {
+  const say = [];
+  const tokens = usage?.total_tokens || usage?.context_tokens || 0;
+  if (tokens > 0) {
+    say.push(`${tokens.toLocaleString("en-US")} ${tokens === 1 ? "token" : "tokens"}`);
+  }
+  const cost = usage?.cost;
+  if (typeof cost?.amount === "number" && cost.currency) {
+    say.push(`${cost.amount.toFixed(cost.amount < 1 ? 4 : 2)} ${cost.currency}`);
+  }
+  return say.join(" · ");
+}
+
+// configWords is what the sandbox header says of its agent's config (""
+// when it has none): the mode and the model by the names the agent gave
+// them, else by their ids.
+export function configWords(config) {
+  const name = (choices, id) => choices?.find((c) => c.id === id)?.name || id;
+  const say = [];
+  if (config?.mode) {
+    say.push(`mode ${name(config.modes, config.mode)}`);
+  }
+  if (config?.model) {
+    say.push(`model ${name(config.models, config.model)}`);
+  }
+  return say.join(" · ");
+}
+
 // planMark is the mark of a plan entry's status: to do, doing, done.
+// promptWords is a turn's input as its header shows it: the text of its
+// text blocks, then a line for each image, "image (N KB)", and each file,
+// by its path. The log holds no image's data, only its size.
+export function promptWords(input) {
+  const blocks = input ?? [];
+  const lines = [inputText(blocks.filter((i) => (i.type ?? "text") === "text"))].filter((s) => s !== "");
+  for (const i of blocks) {
+    if (i.type === "image") {
+      lines.push(`image (${Math.max(1, Math.round((i.bytes ?? 0) / 1024))} KB)`);
+    } else if (i.type === "file") {
+      lines.push(`file ${i.path}`);
+    }
+  }
+  return lines.join("\n");
+}
+
 export const planMark = (status) => ({ in_progress: "◐", completed: "✓" })[status] ?? "○";
 
 // omittedWords says what a snapshot left out of a long turn ("" when
@@ -83,6 +130,19 @@ export function toolState(status, denied) {
   return denied && (status === "failed" || status === "canceled") ? "denied" : status;
 }
 
+// outputWords is the line under a command's output: how it ended, and
+// whether earlier output was dropped.
+export function outputWords({ truncated, exit_code } = {}) {
+  const say = [];
+  if (truncated) {
+    say.push("earlier output not shown");
+  }
+  if (exit_code !== null && exit_code !== undefined) {
+    say.push(`exit code ${exit_code}`);
+  }
+  return say.join(" · ");
+}
+
 // Turn is the section of one turn.
 class Turn {
   constructor(id, dock, workspace) {
@@ -91,6 +151,7 @@ class Turn {
     this.status = "";
     this.end = {};
     this.errorKeys = new Set();
+    this.usage = null; // the last turn.usage data's usage
     this.cards = new Map(); // approval id -> ApprovalCard, while pending
     this.records = new Map(); // approval id -> DecisionRecord
     this.denials = new Set(); // approval ids the user denied
@@ -134,7 +195,7 @@ class Turn {
   }
 
   setInput(input) {
-    const text = inputText(input);
+    const text = promptWords(input);
     if (text !== "") {
       this.promptText.textContent = text;
       this.prompt.hidden = false;
@@ -162,6 +223,12 @@ class Turn {
     this.badge.className = `badge status-${denied ? "denied" : this.status}`;
     this.badge.textContent = denied ? denialWords(this.denials.size) : this.status;
     const bits = endDetail(this.end);
+    // turn.completed's usage has the last figures; turn.usage the running
+    // turn's so far.
+    const used = usageWords(this.end.usage ?? this.usage);
+    if (used !== "") {
+      bits.push(used);
+    }
     if (bits.length > 0 || this.status === "running" || this.status === "queued") {
       this.detail.textContent = bits.join(" · ");
     }
@@ -213,6 +280,8 @@ class Turn {
         h("span", { class: "tool-title" }),
         h("span", { class: "badge" }),
         h("ul", { class: "locations", hidden: true }),
+        h("pre", { class: "tool-output", hidden: true }),
+        h("span", { class: "tool-output-end", hidden: true }),
       );
       insertSorted(this.tools, card, t.tool_call_id);
     }
@@ -230,6 +299,32 @@ class Turn {
     );
     locs.hidden = locs.children.length === 0;
     this.tools.hidden = false;
+    // Only a snapshot's tools carry their output; a tool.updated keeps it.
+    if (t.output) {
+      this.setOutput(t.output);
+    }
+  }
+
+  // setOutput shows what a tool's command printed, which replaces what it
+  // showed; a tool not shown yet has no card to show it in.
+  setOutput(o) {
+    const card = this.tools.querySelector(`.tool[data-tool-id="${CSS.escape(o.tool_call_id)}"]`);
+    if (!card) {
+      return;
+    }
+    const pre = card.querySelector(".tool-output");
+    pre.textContent = o.text ?? "";
+    pre.hidden = pre.textContent === "";
+    const end = card.querySelector(".tool-output-end");
+    end.textContent = outputWords(o);
+    end.hidden = end.textContent === "";
+  }
+
+  // setUsage shows the running turn's usage so far, which replaces the
+  // last, in its foot.
+  setUsage(usage) {
+    this.usage = usage ?? null;
+    this.#foot();
   }
 
   // setPlan shows the agent's plan for the turn, which replaces the last;
@@ -358,7 +453,7 @@ class Turn {
 }
 
 // SNAPSHOT_HOLDS are the event types whose effect a snapshot shows in full.
-const SNAPSHOT_HOLDS = new Set(["turn.started", "message.updated", "message.completed", "tool.updated", "approval.requested", "plan.updated"]);
+const SNAPSHOT_HOLDS = new Set(["turn.started", "message.updated", "message.completed", "tool.updated", "approval.requested", "plan.updated", "tool.output", "turn.usage"]);
 
 // Transcript is the list of turns of one sandbox.
 //
@@ -563,12 +658,21 @@ export class Transcript {
       t.setTools(snap.tools ?? []);
       t.setOmitted(snap.tools_omitted ?? 0, snap.messages_omitted ?? 0);
       t.setPlan(snap.plan ?? null);
+      t.setUsage(st.usage ?? null);
       for (const a of snap.approvals ?? []) {
         this.#addCard(t, a);
       }
     } else {
       for (const a of snap.approvals ?? []) {
         this.#addCard(this.#turn(null), a);
+      }
+    }
+    // The turns that wait behind it show as queued until they start.
+    for (const q of snap.sandbox?.queued_turns ?? []) {
+      const t = this.#turn(q.id);
+      t.setInput(q.input);
+      if (!t.status) {
+        t.setStatus("queued");
       }
     }
     const cur = snap.sandbox?.current_turn;
@@ -642,6 +746,15 @@ export class Transcript {
         }
         break;
       }
+      case "turn.queued": {
+        // It waits behind the open turn; a replay never takes back a start.
+        const t = this.#turn(env.turn_id);
+        t.setInput(d.input);
+        if (!t.status) {
+          t.setStatus("queued");
+        }
+        break;
+      }
       case "turn.completed": {
         const t = this.#turn(env.turn_id);
         t.setStatus(d.status, d);
@@ -668,6 +781,12 @@ export class Transcript {
         break;
       case "plan.updated":
         this.#turn(env.turn_id).setPlan(d);
+        break;
+      case "turn.usage":
+        this.#turn(env.turn_id).setUsage(d.usage);
+        break;
+      case "tool.output":
+        this.#turn(env.turn_id).setOutput(d);
         break;
       case "approval.requested":
         // From the log, an approval is shown by its outcome: a card there

@@ -53,13 +53,22 @@ func (c *Conn) Resume() Resume {
 // Config.Session to a later boot. It is private to the caller (docs/agents.md).
 func (c *Conn) SessionID() string { return c.sessionID() }
 
+// clientMeta is the _meta of the capabilities this client advertises.
+func (c *Conn) clientMeta() *clientMeta {
+	if !c.toolOutput {
+		return nil
+	}
+	return &clientMeta{TerminalOutput: true}
+}
+
 // boot runs initialize, then session/load of the earlier session when there
 // is one and the agent can load it, else session/new.
 func (c *Conn) boot(ctx context.Context, dir, earlier string) error {
 	res, err := c.call(ctx, "initialize", initializeParams{
 		ProtocolVersion: ProtocolVersion,
 		ClientCapabilities: clientCapabilities{
-			FS: fsCapabilities{ReadTextFile: true, WriteTextFile: true},
+			FS:   fsCapabilities{ReadTextFile: true, WriteTextFile: true},
+			Meta: c.clientMeta(),
 		},
 		ClientInfo: implementation{Name: "sparkles", Version: "1"},
 	})
@@ -102,6 +111,9 @@ func (c *Conn) boot(ctx context.Context, dir, earlier string) error {
 		MCPHTTP: ac.MCPCapabilities.HTTP, MCPSSE: ac.MCPCapabilities.SSE,
 	}
 	c.mu.Unlock()
+	if err := checkMCP(c.mcp, c.caps); err != nil {
+		return err
+	}
 	if earlier != "" && ir.AgentCapabilities.LoadSession {
 		loaded, err := c.load(ctx, dir, earlier)
 		if err != nil {
@@ -111,7 +123,7 @@ func (c *Conn) boot(ctx context.Context, dir, earlier string) error {
 			return nil
 		}
 	}
-	res, err = c.call(ctx, "session/new", newSessionParams{Cwd: dir, MCPServers: []struct{}{}})
+	res, err = c.call(ctx, "session/new", newSessionParams{Cwd: dir, MCPServers: c.mcpServers()})
 	if err != nil {
 		return c.bootError(ctx, "session/new", err)
 	}
@@ -121,6 +133,7 @@ func (c *Conn) boot(ctx context.Context, dir, earlier string) error {
 	if err := json.Unmarshal(res, &sr); err != nil || sr.SessionID == "" {
 		return errors.New("agent did not open a session")
 	}
+	c.setSessionConfig(res)
 	c.mu.Lock()
 	c.session = sr.SessionID
 	c.mu.Unlock()
@@ -134,11 +147,11 @@ func (c *Conn) boot(ctx context.Context, dir, earlier string) error {
 // is kept in Resume. Gemini CLI 0.61, for one, cannot find a session made
 // in the same clock minute (-32603 "No previous sessions found").
 func (c *Conn) load(ctx context.Context, dir, id string) (bool, error) {
-	_, err := c.callWith(ctx, &call{load: true}, "session/load", loadSessionParams{SessionID: id, Cwd: dir, MCPServers: []struct{}{}})
+	res, err := c.callWith(ctx, &call{load: true}, "session/load", loadSessionParams{SessionID: id, Cwd: dir, MCPServers: c.mcpServers()})
 	var rpcErr *RPCError
 	switch {
 	case err == nil:
-		// The answer carries nothing this client needs (modes, models).
+		c.setSessionConfig(res)
 		c.mu.Lock()
 		c.session = id
 		c.resume.Loaded = true

@@ -86,6 +86,14 @@ type Config struct {
 	// instead of opening a new one. If the agent refuses, a new session
 	// opens and Conn.Resume says why. Empty always opens a new session.
 	Session string
+	// MCPServers are given to the session (mcp.go); Start fails when one
+	// needs a transport the agent does not advertise.
+	MCPServers []MCPServer
+	// ToolOutput tells the agent at initialize that this client takes the
+	// output of the commands it runs (clientCapabilities._meta
+	// .terminal_output), which claude-agent-acp and codex-acp then send in
+	// their tool call updates' _meta.
+	ToolOutput bool
 }
 
 // Kind tells what an Inbound value carries.
@@ -155,6 +163,12 @@ type Conn struct {
 	loading    bool   // session/load is waiting for its answer: updates are its replay
 	resume     Resume // how the session came to be
 
+	sessionCfg SessionConfig // the session's mode and model (config.go)
+
+	mcp []MCPServer // given to session/new and session/load (mcp.go)
+	// toolOutput is Config.ToolOutput.
+	toolOutput bool
+
 	inbox      chan Inbound
 	stopping   chan struct{} // closed by Close: the consumer has let go
 	stopOnce   sync.Once
@@ -223,6 +237,8 @@ func Start(ctx context.Context, cfg Config) (*Conn, error) {
 		log.Warn("start agent", "command", cfg.Command, "err", err)
 		return nil, errors.New("agent could not be started")
 	}
+	c.mcp = cfg.MCPServers
+	c.toolOutput = cfg.ToolOutput
 	if err := c.boot(ctx, dir, cfg.Session); err != nil {
 		c.abort()
 		return nil, err
@@ -394,19 +410,7 @@ func (c *Conn) Inbox() <-chan Inbound { return c.inbox }
 // turnID. Only one prompt runs at a time. When the agent exits first, no
 // PromptDone comes: Exited says it all.
 func (c *Conn) Prompt(turnID string, text string) error {
-	id, err := c.register(&call{prompt: true, turnID: turnID})
-	if err != nil {
-		return err
-	}
-	err = c.write(request{JSONRPC: "2.0", ID: id, Method: "session/prompt", Params: promptParams{
-		SessionID: c.sessionID(),
-		Prompt:    []textBlock{{Type: "text", Text: text}},
-	}})
-	if err != nil {
-		c.unregister(id)
-		return err
-	}
-	return nil
+	return c.PromptBlocks(turnID, []Block{{Type: "text", Text: text}})
 }
 
 // Cancel sends the session/cancel notification. Answering the permission
@@ -548,6 +552,11 @@ type (
 	clientCapabilities struct {
 		FS       fsCapabilities `json:"fs"`
 		Terminal bool           `json:"terminal"`
+		// Meta is left out unless a capability of an extension is on.
+		Meta *clientMeta `json:"_meta,omitempty"`
+	}
+	clientMeta struct {
+		TerminalOutput bool `json:"terminal_output"`
 	}
 	fsCapabilities struct {
 		ReadTextFile  bool `json:"readTextFile"`
@@ -558,20 +567,20 @@ type (
 		Version string `json:"version"`
 	}
 	newSessionParams struct {
-		Cwd        string     `json:"cwd"`
-		MCPServers []struct{} `json:"mcpServers"`
+		Cwd        string      `json:"cwd"`
+		MCPServers []MCPServer `json:"mcpServers"`
 	}
 	loadSessionParams struct {
-		SessionID  string     `json:"sessionId"`
-		Cwd        string     `json:"cwd"`
-		MCPServers []struct{} `json:"mcpServers"`
+		SessionID  string      `json:"sessionId"`
+		Cwd        string      `json:"cwd"`
+		MCPServers []MCPServer `json:"mcpServers"`
 	}
 	sessionParams struct {
 		SessionID string `json:"sessionId"`
 	}
 	promptParams struct {
-		SessionID string      `json:"sessionId"`
-		Prompt    []textBlock `json:"prompt"`
+		SessionID string  `json:"sessionId"`
+		Prompt    []Block `json:"prompt"`
 	}
 	textBlock struct {
 		Type string `json:"type"`

@@ -32,6 +32,11 @@ var DemoWords = []DemoWord{
 	{"crash", "exit in the middle of the turn, which fails"},
 	{"recall", "say what was asked in the turn before this one (kept across restarts)"},
 	{"plan", "send a plan of its steps (a to-do list) and mark each done as it goes"},
+	{"output", "run a command that prints a few coloured lines and its environment, as terminal output to a client that takes it (tool.output)"},
+	{"usage", "report its context tokens and a cost after each step, as agents report usage"},
+	{"mcp", "name the MCP servers its session was given, and their transports (never their env or headers)"},
+	{"mode", "say its mode and model (modes default and plan, models demo-small and demo-large)"},
+	{"planmode", "switch itself to mode plan, as an agent that decides to plan first"},
 }
 
 // Demo is the demo agent with its pace. The zero value is RunDemo's, quick
@@ -128,9 +133,13 @@ type demo struct {
 	canRead  bool
 	canWrite bool
 	always   bool // the user chose the allow_always option: writes are no longer asked for
+	termOut  bool // the client takes terminal output (clientCapabilities._meta)
 	session  string
 	cwd      string
 	history  []demoEntry // the session's earlier turns
+	mcp      []MCPServer // the MCP servers the session was given
+	mode     string      // the session's mode and model (demo_config.go)
+	model    string
 	tools    int
 	nextID   int64
 	pending  map[int64]chan demoReply
@@ -183,12 +192,16 @@ func (d *demo) request(m *message) error {
 		d.mu.Lock()
 		d.canRead = p.ClientCapabilities.FS.ReadTextFile
 		d.canWrite = p.ClientCapabilities.FS.WriteTextFile
+		d.termOut = p.ClientCapabilities.Meta != nil && p.ClientCapabilities.Meta.TerminalOutput
 		d.mu.Unlock()
 		return d.reply(m.ID, map[string]any{
 			"protocolVersion": ProtocolVersion,
 			"agentCapabilities": map[string]any{
 				"loadSession":        true,
-				"promptCapabilities": map[string]bool{"image": false, "audio": false, "embeddedContext": false},
+				"promptCapabilities": d.promptCaps(),
+				// It only names the servers it is given, so it takes http;
+				// sse, which MCP deprecates, it refuses, as some agents do.
+				"mcpCapabilities": map[string]bool{"http": true, "sse": false},
 			},
 			"authMethods": []any{},
 			"agentInfo":   implementation{Name: "sparkles-demo", Version: "1"},
@@ -201,12 +214,15 @@ func (d *demo) request(m *message) error {
 		sid := newDemoSession()
 		d.mu.Lock()
 		d.session, d.cwd, d.tools, d.history = sid, p.Cwd, 0, nil
+		d.mcp = p.MCPServers
 		d.mu.Unlock()
-		return d.reply(m.ID, sessionParams{SessionID: sid})
+		return d.reply(m.ID, d.sessionAnswer(sid))
 	case "session/load":
 		return d.load(m)
 	case "session/prompt":
 		return d.prompt(m)
+	case "session/set_mode", "session/set_model":
+		return d.setConfig(m)
 	}
 	return d.fail(m.ID, codeMethodNotFound, "method not found: "+m.Method)
 }
@@ -223,10 +239,13 @@ func (d *demo) prompt(m *message) error {
 		return d.fail(m.ID, codeInvalidParams, "unknown session")
 	}
 	var text string
+	var attached []string
 	for _, raw := range p.Prompt {
 		var b textBlock
 		if json.Unmarshal(raw, &b) == nil && b.Type == "text" {
 			text += b.Text
+		} else if a := demoAttachment(raw); a != "" {
+			attached = append(attached, a)
 		}
 	}
 	plan := parsePrompt(text)
@@ -238,7 +257,7 @@ func (d *demo) prompt(m *message) error {
 		d.mu.Unlock()
 		return d.fail(m.ID, codeInvalidRequest, "a prompt is already running")
 	}
-	t := &demoTurn{d: d, id: m.ID, session: p.SessionID, cwd: d.cwd, text: text, plan: plan, stop: make(chan struct{})}
+	t := &demoTurn{d: d, id: m.ID, session: p.SessionID, cwd: d.cwd, text: text, attach: attached, plan: plan, stop: make(chan struct{})}
 	d.turn = t
 	d.turns.Add(1)
 	d.mu.Unlock()

@@ -55,7 +55,7 @@ func (d *demo) stateDir(cwd string) string {
 
 // load answers session/load: it reads the session's turns, replays them as
 // a real agent does (each prompt as user_message_chunk, each reply as
-// agent_message_chunk), then answers null and goes on with that session.
+// agent_message_chunk), then answers with its modes and models and goes on with that session.
 func (d *demo) load(m *message) error {
 	var p loadSessionParams
 	if json.Unmarshal(m.Params, &p) != nil || !filepath.IsAbs(p.Cwd) {
@@ -94,8 +94,9 @@ func (d *demo) load(m *message) error {
 	}
 	d.mu.Lock()
 	d.session, d.cwd, d.tools, d.history = p.SessionID, p.Cwd, 0, history
+	d.mcp = p.MCPServers
 	d.mu.Unlock()
-	return d.reply(m.ID, nil)
+	return d.reply(m.ID, d.sessionAnswer(""))
 }
 
 // remember adds a finished turn to the session, in memory and on disk. A

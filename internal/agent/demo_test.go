@@ -68,6 +68,7 @@ func TestParsePrompt(t *testing.T) {
 		{"Hang!", demoPlan{read: "README.md", hang: true}},
 		{"crash", demoPlan{read: "README.md", crash: true}},
 		{"plan, then write notes.txt", demoPlan{read: "notes.txt", write: "notes.txt", todo: true}},
+		{"usage, write notes.txt", demoPlan{read: "notes.txt", write: "notes.txt", usage: true}},
 	} {
 		t.Run(tc.text, func(t *testing.T) {
 			if got := parsePrompt(tc.text); got != tc.want {

@@ -21,6 +21,11 @@ type demoPlan struct {
 	crash  bool
 	recall bool // tell the session's turn before this one
 	todo   bool // send a plan of its steps and keep it up to date
+	mcp    bool // name the session's MCP servers
+	usage  bool // report its usage after each step
+	output bool // run a command that prints (terminal output)
+	mode   bool // tell the session's mode and model
+	toPlan bool // switch itself to mode plan (planmode)
 }
 
 const (
@@ -61,6 +66,16 @@ func parsePrompt(text string) demoPlan {
 			p.recall = true
 		case "plan":
 			p.todo = true
+		case "mcp":
+			p.mcp = true
+		case "usage":
+			p.usage = true
+		case "output":
+			p.output = true
+		case "mode":
+			p.mode = true
+		case "planmode":
+			p.toPlan = true
 		}
 	}
 	// Without a file to read, the agent looks at the one it is about to
@@ -83,6 +98,7 @@ type demoTurn struct {
 	session string
 	cwd     string
 	text    string
+	attach  []string // the prompt's blocks other than text (demo_attach.go)
 	plan    demoPlan
 	reply   string // the reply's text, kept with the session once the turn ends
 	stop    chan struct{}
@@ -121,6 +137,9 @@ func (t *demoTurn) script() error {
 		}
 	}
 	reply := []string{fmt.Sprintf("You asked: %q.", t.text)}
+	if len(t.attach) > 0 {
+		reply = append(reply, attachedText(t.attach))
+	}
 	if t.plan.recall {
 		if e, ok := t.d.earlier(); ok {
 			reply = append(reply, fmt.Sprintf("Before that you asked: %q.", e.Prompt))
@@ -128,12 +147,26 @@ func (t *demoTurn) script() error {
 			reply = append(reply, "This is the first turn of this session.")
 		}
 	}
+	if t.plan.mcp {
+		reply = append(reply, t.d.mcpText())
+	}
+	if t.plan.toPlan {
+		if err := t.planMode(); err != nil {
+			return err
+		}
+	}
+	if t.plan.mode {
+		reply = append(reply, t.d.modeText())
+	}
 	steps := []demoStep{{"Read " + t.plan.read, t.readTool}}
 	if t.plan.write != "" {
 		steps = append(steps, demoStep{"Write " + t.plan.write, t.writeTool})
 	}
 	if t.plan.env {
 		steps = append(steps, demoStep{"Show the environment", t.envTool})
+	}
+	if t.plan.output {
+		steps = append(steps, demoStep{"Run a command", t.outputTool})
 	}
 	titles := make([]string, 0, len(steps)+1)
 	for _, st := range steps {
@@ -149,6 +182,9 @@ func (t *demoTurn) script() error {
 			return err
 		}
 		reply = append(reply, s)
+		if err := t.sendUsage(); err != nil {
+			return err
+		}
 	}
 	if err := t.sendPlan(titles, len(steps)); err != nil {
 		return err
@@ -156,6 +192,9 @@ func (t *demoTurn) script() error {
 	reply = append(reply, "That is all from the demo agent.")
 	t.reply = strings.Join(reply, " ")
 	if err := t.stream(t.reply); err != nil {
+		return err
+	}
+	if err := t.sendUsage(); err != nil {
 		return err
 	}
 	return t.sendPlan(titles, len(titles))
@@ -342,6 +381,51 @@ func (t *demoTurn) envTool() (string, error) {
 	return "My environment: " + strings.Join(env, " ") + ".", nil
 }
 
+// outputTool runs a pretend "env" that prints a coloured header, the
+// environment and a coloured footer, in two chunks, and exits 0. Only a
+// client that takes terminal output gets what it printed, as
+// claude-agent-acp and codex-acp send it: terminal_info with the tool call,
+// terminal_output with each chunk, terminal_exit with the status.
+func (t *demoTurn) outputTool() (string, error) {
+	id := t.d.nextTool()
+	t.d.mu.Lock()
+	term := t.d.termOut
+	t.d.mu.Unlock()
+	call := map[string]any{
+		"sessionUpdate": "tool_call", "toolCallId": id, "title": "env", "kind": "execute", "status": "in_progress",
+	}
+	if term {
+		call["content"] = []any{map[string]any{"type": "terminal", "terminalId": id}}
+		call["_meta"] = map[string]any{"terminal_info": map[string]any{"terminal_id": id}}
+	}
+	if err := t.update(call); err != nil {
+		return "", err
+	}
+	chunks := []string{
+		"\x1b[1;32m$ env\x1b[0m\r\n",
+		strings.Join(t.d.env, "\n") + "\n\x1b[32mdone\x1b[0m\n",
+	}
+	for _, c := range chunks {
+		if !term {
+			break
+		}
+		if err := t.update(map[string]any{
+			"sessionUpdate": "tool_call_update", "toolCallId": id,
+			"_meta": map[string]any{"terminal_output": map[string]any{"terminal_id": id, "data": c}},
+		}); err != nil {
+			return "", err
+		}
+	}
+	var exit map[string]any
+	if term {
+		exit = map[string]any{"_meta": map[string]any{"terminal_exit": map[string]any{"terminal_id": id, "exit_code": 0, "signal": nil}}}
+	}
+	if err := t.toolStatus(id, "completed", exit); err != nil {
+		return "", err
+	}
+	return "I ran env.", nil
+}
+
 func (t *demoTurn) abs(name string) string {
 	if filepath.IsAbs(name) {
 		return filepath.Clean(name)
@@ -441,4 +525,25 @@ func (d *demo) alwaysWrite() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.always
+}
+
+// mcpText names the session's MCP servers and their transports: the demo
+// connects to none, and tells nothing of their env or headers, whose
+// values are the sandbox's secrets.
+func (d *demo) mcpText() string {
+	d.mu.Lock()
+	servers := d.mcp
+	d.mu.Unlock()
+	if len(servers) == 0 {
+		return "I was given no MCP servers."
+	}
+	names := make([]string, len(servers))
+	for i, s := range servers {
+		kind := s.Type
+		if kind == "" {
+			kind = "stdio"
+		}
+		names[i] = fmt.Sprintf("%s (%s)", s.Name, kind)
+	}
+	return "My MCP servers: " + strings.Join(names, ", ") + "."
 }

@@ -34,6 +34,41 @@ type Adapter struct {
 	// Quirks are where the agent legitimately behaves differently from the
 	// others; each is written down in the adapter table of docs/agents.md.
 	Quirks Quirks
+
+	// Sends says which optional ACP updates the adapter sends, and so
+	// which events the scenarios expect of it.
+	Sends Sends
+
+	// Modes says which of the modes the adapter announces a scenario
+	// switches to between turns.
+	Modes Modes
+
+	// Images: the adapter takes image blocks in a prompt
+	// (promptCapabilities.image) and passes them to its model, whose
+	// recorded request a scenario checks.
+	Images bool
+}
+
+// Modes of an adapter, as it announces them in session/new.
+type Modes struct {
+	// Switch is a mode the adapter offers besides the one it starts in,
+	// which a PATCH of the sandbox switches to and back; "" when it
+	// announces no modes.
+	Switch string
+}
+
+// Sends are the optional ACP session updates an adapter sends.
+type Sends struct {
+	// Plans: a "plan" update when the model calls its to-do tool
+	// (fakemodel's "plan"), which the server shows as plan.updated.
+	Plans bool
+	// Usage: usage_update during a turn, which the server shows as
+	// turn.usage.
+	Usage bool
+	// ToolOutput: what a shell command printed, in its tool call
+	// updates' _meta (terminal_output, terminal_exit) to a client that
+	// advertises it, which the server shows as tool.output.
+	ToolOutput bool
 }
 
 // Quirks of an adapter that the scenarios allow for.

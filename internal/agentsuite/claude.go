@@ -24,6 +24,13 @@ func init() {
 			// which the adapter answers as a JSON-RPC error (-32603).
 			ModelErrorStatus: "failed",
 		},
+		// TodoWrite's todos become a plan; each result of Claude Code
+		// (the turn's end) a usage_update with the session's cost in USD.
+		Sends: Sends{Plans: true, Usage: true, ToolOutput: true},
+		// configOptions of category mode: default, acceptEdits, plan…
+		Modes: Modes{Switch: "plan"},
+		// Images reach the Messages API as base64 image content blocks.
+		Images: true,
 	})
 }
 

@@ -25,6 +25,11 @@ func init() {
 		// A model API error ends session/prompt with a JSON-RPC error
 		// (-32603, the API's body in data.message): the turn fails.
 		Quirks: Quirks{ModelErrorStatus: "failed"},
+		// update_plan's steps become a plan; each model call's token
+		// count a usage_update, without a cost.
+		Sends: Sends{Plans: true, Usage: true, ToolOutput: true},
+		// ACP modes: read-only (where it starts), auto, full-access.
+		Modes: Modes{Switch: "auto"},
 	})
 }
 

@@ -26,6 +26,12 @@ func init() {
 			ModelErrorStatus:    "failed",
 			LoadFailsSameMinute: true,
 		},
+		// Gemini CLI 0.61 sends neither a plan (its write_todos tool
+		// runs, after an approval, but its ACP side sends no plan
+		// update) nor usage_update.
+		Sends: Sends{},
+		// ACP modes: default, autoEdit, yolo (and plan when enabled).
+		Modes: Modes{Switch: "autoEdit"},
 	})
 }
 

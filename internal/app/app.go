@@ -125,6 +125,9 @@ type Main struct {
 	// FileLimits bound what the API writes into a workspace (see
 	// coordinator.Config); zero fields take workspace's defaults.
 	FileLimits workspace.Limits
+	// TurnImageMax bounds one image or file of a turn's input
+	// (coordinator.Config); 0 takes the default.
+	TurnImageMax int64
 	// Builtins are agents run in-process (see coordinator.Config); the
 	// test helper runs the demo agent so, without a binary on PATH.
 	Builtins map[string]coordinator.BuiltinAgent
@@ -264,6 +267,7 @@ func (m *Main) Run(ctx context.Context) error {
 		SandboxDiskMax:   m.SandboxDiskMax,
 		DiskReserve:      m.DiskReserve,
 		FileLimits:       m.FileLimits,
+		TurnImageMax:     m.TurnImageMax,
 		LogMaxBytes:      logMax,
 		LogOver: func(id string) {
 			if retainer != nil {
@@ -298,6 +302,7 @@ func (m *Main) Run(ctx context.Context) error {
 
 		MaxConnections:                m.MaxConnections,
 		MaxUnauthenticatedConnections: m.MaxUnauthenticatedConnections,
+		TurnImageMax:                  m.TurnImageMax,
 	})
 	l, err := m.Server.Listen(m.Addr)
 	if err != nil {

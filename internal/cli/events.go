@@ -171,12 +171,22 @@ func summary(ev sandbox.Event, n int) string {
 		}
 		// The turn id is what sparkles cancel takes: it stays whole.
 		return oneLine(strings.Join(parts, " "), max(8, n-len(ev.TurnID)-1)) + " " + ev.TurnID
+	case *sandbox.TurnQueuedData:
+		var parts []string
+		for _, in := range d.Input {
+			parts = append(parts, in.Text)
+		}
+		pos := fmt.Sprintf("#%d ", d.Position)
+		return pos + oneLine(strings.Join(parts, " "), max(8, n-len(pos)-len(ev.TurnID)-1)) + " " + ev.TurnID
 	case *sandbox.TurnCompleted:
 		s := fmt.Sprintf("%s (%s) in %v", d.Status, d.StopReason, time.Duration(d.DurationMS)*time.Millisecond)
 		if d.Error != nil {
 			s += ": " + d.Error.Code + ": " + d.Error.Message
 		} else if u := d.Usage; u != nil && u.InputTokens+u.OutputTokens > 0 {
 			s += " · " + tokensUsed(u)
+		}
+		if u := d.Usage; d.Error == nil && u != nil && u.Cost != nil {
+			s += " · " + costWords(u.Cost)
 		}
 		if c := changesLine(d.Changes, func(_, s string) string { return s }); c != "" {
 			s += " · " + c
@@ -199,6 +209,12 @@ func summary(ev sandbox.Event, n int) string {
 		return "the workspace is as it was when " + d.TurnID + " started"
 	case *sandbox.PlanUpdated:
 		return planLine(d, n)
+	case *sandbox.TurnUsage:
+		return oneLine(usageLine(&d.Usage), n)
+	case *sandbox.ToolOutput:
+		return outputLine(d, n)
+	case *sandbox.SandboxUpdated:
+		return configLine(d, n)
 	case *sandbox.SandboxStatus:
 		if d.Detail != "" {
 			return oneLine(d.Status+": "+d.Detail, n)
@@ -228,6 +244,25 @@ func planLine(d *sandbox.PlanUpdated, n int) string {
 		return "[plan] empty"
 	}
 	return oneLine(fmt.Sprintf("[plan] %d of %d done: %s", done, len(items), strings.Join(items, " · ")), n)
+}
+
+// outputLine is a command's output on one line of at most n runes: its
+// tool, how it ended once it did, and the end of what it printed, which is
+// what is new.
+func outputLine(d *sandbox.ToolOutput, n int) string {
+	head := d.ToolCallID
+	if d.ExitCode != nil {
+		head += fmt.Sprintf(" exit %d", *d.ExitCode)
+	}
+	text := strings.TrimSpace(d.Text)
+	if text == "" {
+		return oneLine(head+": no output", n)
+	}
+	head += ": "
+	if len([]rune(head)) >= n-8 {
+		return oneLine(head+text, n)
+	}
+	return head + lastOf(text, n-len([]rune(head)))
 }
 
 // tokensUsed says how many tokens a turn took, as its agent reported them.

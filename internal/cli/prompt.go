@@ -44,14 +44,15 @@ func newPromptCommand() *cli.Command {
 			"Exit status: 0 when the turn succeeded, 1 when it failed, 2 when it was canceled, 3 when it\n" +
 			"succeeded but a request of the agent was denied, 64 when the command line is wrong.\n\n" +
 			demoWordsHelp(),
-		Flags: clientFlags(
+		Flags: append(clientFlags(
 			&cli.StringFlag{Name: "sandbox", EnvVars: []string{"SPARKLES_SANDBOX"}, Usage: "run the turn in this sandbox instead of a new one"},
 			&cli.StringFlag{Name: "agent", EnvVars: []string{"SPARKLES_SANDBOX_AGENT"}, Usage: "agent of the new sandbox (default: the server's default agent)"},
 			&cli.BoolFlag{Name: "hide-reasoning", EnvVars: []string{"SPARKLES_HIDE_REASONING"}, Usage: "do not show the agent's reasoning"},
 			&cli.BoolFlag{Name: "approve-all", EnvVars: []string{"SPARKLES_APPROVE_ALL"}, Usage: "approve every request of the agent without asking, each for one use (its allow_once option)"},
 			&cli.BoolFlag{Name: "deny-all", EnvVars: []string{"SPARKLES_DENY_ALL"}, Usage: "deny every request of the agent without asking"},
 			&cli.BoolFlag{Name: "rm", EnvVars: []string{"SPARKLES_RM"}, Usage: "delete the sandbox this command creates once the turn ends (not one named with --sandbox)"},
-		),
+			&cli.BoolFlag{Name: "queue", EnvVars: []string{"SPARKLES_QUEUE"}, Usage: "while another turn of the sandbox runs, wait behind it instead of failing (at most 16 wait)"},
+		), attachFlags()...),
 		Action: runPrompt,
 	}
 }
@@ -64,6 +65,10 @@ func runPrompt(c *cli.Context) error {
 	text := strings.Join(args, " ")
 	if strings.TrimSpace(text) == "" {
 		return usagef("the prompt is empty; say what the agent should do: sparkles prompt TEXT")
+	}
+	blocks, err := attachBlocks(c, text)
+	if err != nil {
+		return err
 	}
 	if c.Bool("rm") && c.String("sandbox") != "" {
 		return usagef("--rm deletes only the sandbox this command creates, not one named with --sandbox; "+
@@ -122,7 +127,16 @@ func runPrompt(c *cli.Context) error {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	started := time.Now()
-	turn, err := api.StartTurn(ctx, id, text)
+	start := api.StartTurn
+	if c.Bool("queue") {
+		start = api.QueueTurn
+	}
+	var turn sandbox.Turn
+	if blocks != nil {
+		turn, err = api.StartTurnInput(ctx, id, blocks, c.Bool("queue"))
+	} else {
+		turn, err = start(ctx, id, text)
+	}
 	if err != nil {
 		return api.describe(err)
 	}
@@ -286,6 +300,11 @@ func (p *promptRun) handle(m client.Message) (done bool, err error) {
 		p.r.tool(d)
 	case *sandbox.PlanUpdated:
 		p.r.info(planLine(d, 160))
+	case *sandbox.ToolOutput:
+		// Once, when its command ended: the output grows until then.
+		if d.ExitCode != nil {
+			p.r.info(outputLine(d, 160))
+		}
 	case *sandbox.ApprovalRequested:
 		p.r.flush()
 		p.approval(d)

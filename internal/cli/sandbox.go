@@ -38,6 +38,7 @@ func newSandboxCommand() *cli.Command {
 					&cli.StringSliceFlag{Name: "metadata", EnvVars: []string{"SPARKLES_SANDBOX_METADATA"}, Usage: "metadata of the sandbox as K=V (repeatable)"},
 					&cli.StringFlag{Name: "git", EnvVars: []string{"SPARKLES_SANDBOX_GIT"}, Usage: "clone the git repository URL[#REF] into the workspace before the agent boots (REF: a branch, tag or commit); a private one's token goes in --secret GIT_TOKEN=…"},
 					&cli.IntFlag{Name: "git-depth", EnvVars: []string{"SPARKLES_SANDBOX_GIT_DEPTH"}, Usage: "commits of history to clone with --git (default 0: all of it)"},
+					&cli.StringSliceFlag{Name: "mcp", EnvVars: []string{"SPARKLES_SANDBOX_MCP"}, Usage: "MCP server of the agent as NAME=COMMAND (stdio: the agent runs it, confined with it) or NAME=URL (http) (repeatable)"},
 					jsonFlag(),
 				),
 				Action: func(c *cli.Context) error {
@@ -58,6 +59,9 @@ func newSandboxCommand() *cli.Command {
 						}
 					}
 					if req.Source, err = gitSource(c); err != nil {
+						return err
+					}
+					if req.MCPServers, err = mcpServers(c.StringSlice("mcp")); err != nil {
 						return err
 					}
 					sb, err := api.CreateSandbox(c.Context, req)
@@ -134,6 +138,7 @@ func newSandboxCommand() *cli.Command {
 				},
 			},
 			newSandboxLogsCommand(),
+			newSandboxConfigCommand(),
 		},
 	}
 }

@@ -56,6 +56,7 @@ func newServeCommand() *cli.Command {
 			&cli.StringFlag{Name: "agent-fs-budget", Value: "64M", EnvVars: []string{"SPARKLES_AGENT_FS_BUDGET"}, Usage: "memory the fs/read_text_file and fs/write_text_file requests of all agents may hold at once (at least 16M); a request beyond it waits, e.g. 64M"},
 			&cli.StringFlag{Name: "agent-memory-max", Value: "4G", EnvVars: []string{"SPARKLES_AGENT_MEMORY_MAX"}, Usage: "memory of one confined agent, its /tmp and /dev/shm counted in, e.g. 512M or 4G: a cgroup (v2 delegated, or v1 as root) where the server may make one, else a guard that stops the agent over it"},
 			&cli.StringFlag{Name: "sandbox-disk-max", Value: "10G", EnvVars: []string{"SPARKLES_SANDBOX_DISK_MAX"}, Usage: "bytes one sandbox's files (work, home, tmp, its snapshots) may take: past it the agent is stopped and its turn fails with disk_full, and uploads answer 507, e.g. 512M or 10G; 0 for no limit"},
+			&cli.StringFlag{Name: "turn-image-max-size", Value: "5M", EnvVars: []string{"SPARKLES_TURN_IMAGE_MAX_SIZE"}, Usage: "decoded bytes of one image, or one file, of a turn's input, e.g. 10M"},
 			&cli.StringFlag{Name: "files-max-size", Value: "1G", EnvVars: []string{"SPARKLES_FILES_MAX_SIZE"}, Usage: "bytes of one file written into a workspace through the API (PUT …/files, or one entry of an archive), e.g. 100M"},
 			&cli.StringFlag{Name: "archive-max-size", Value: "10G", EnvVars: []string{"SPARKLES_ARCHIVE_MAX_SIZE"}, Usage: "unpacked bytes of one archive uploaded into a workspace (PUT …/archive), e.g. 2G"},
 			&cli.IntFlag{Name: "archive-max-entries", Value: workspace.DefaultArchiveEntries, EnvVars: []string{"SPARKLES_ARCHIVE_MAX_ENTRIES"}, Usage: "entries of one archive uploaded into a workspace"},
@@ -106,6 +107,10 @@ func newServeCommand() *cli.Command {
 			limits, err := fileLimits(c)
 			if err != nil {
 				return err
+			}
+			imageMax, err := parseSize(c.String("turn-image-max-size"))
+			if err != nil || imageMax <= 0 {
+				return fmt.Errorf("--turn-image-max-size %q: want a size such as 5M", c.String("turn-image-max-size"))
 			}
 			logMax, err := parseSize(c.String("retention-max-bytes"))
 			if err != nil {
@@ -161,6 +166,7 @@ func newServeCommand() *cli.Command {
 				SandboxDiskMax:   diskMax,
 				DiskReserve:      reserve,
 				FileLimits:       limits,
+				TurnImageMax:     imageMax,
 			}
 			ctx, stop := signalContext(c.Context)
 			defer stop()

@@ -83,6 +83,7 @@ const (
 	OpDecide     = "decide"
 	OpDelete     = "delete"
 	OpRevert     = "revert"
+	OpConfig     = "config"
 )
 
 // Call is one operation on a sandbox's runtime, as one node forwards it to
@@ -98,10 +99,17 @@ type Call struct {
 	ApprovalID string            `json:"approval_id,omitempty"`
 	Input      string            `json:"input,omitempty"`
 	Decision   *sandbox.Decision `json:"decision,omitempty"`
+	// Blocks is a turn's input sent as blocks rather than text.
+	Blocks []sandbox.InputBlock `json:"blocks,omitempty"`
 	// From is the node that forwarded the call. A forwarded call is never
 	// forwarded again: a lease that moved meanwhile costs the sender a
 	// retry, never a loop between nodes.
 	From string `json:"from,omitempty"`
+	// Queue lets a start_turn wait behind the open turn instead of
+	// being refused.
+	Queue bool `json:"queue,omitempty"`
+	// Config is the mode and the model a config call asks for.
+	Config *sandbox.ConfigChange `json:"config,omitempty"`
 }
 
 // Reply is a node's answer to a Call: the resource as JSON, or the error.

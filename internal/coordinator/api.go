@@ -39,14 +39,14 @@ func (c *Coordinator) exec(ctx context.Context, b *box, sb sandbox.Sandbox, call
 		if sb.Status == sandbox.StatusDeleted {
 			b.deleted = true
 		}
-		if len(b.pending) > 0 && call.Op != cluster.OpDelete {
+		if b.writes.waiting() && call.Op != cluster.OpDelete {
 			// Its writes wait for the store: nothing goes on top of them.
-			ferr = unavailable(b.lastErr)
+			ferr = b.writes.err()
 			return
 		}
 		switch call.Op {
 		case cluster.OpStartTurn:
-			v, ferr = b.startTurn(call.Input)
+			v, ferr = b.startTurn(call.Input, call.Blocks, call.Queue)
 		case cluster.OpCancelTurn:
 			v, ferr = b.cancel(call.TurnID)
 		case cluster.OpDecide:
@@ -57,11 +57,17 @@ func (c *Coordinator) exec(ctx context.Context, b *box, sb sandbox.Sandbox, call
 			v, ferr = b.decide(call.ApprovalID, *call.Decision)
 		case cluster.OpRevert:
 			v, ferr = b.revert(call.TurnID)
+		case cluster.OpConfig:
+			if call.Config == nil {
+				ferr = sandbox.Errorf(sandbox.EInvalidRequest, "a config is required")
+				return
+			}
+			v, ferr = b.configure(*call.Config)
 		case cluster.OpDelete:
 			if !b.deleted {
 				b.remove()
 			}
-			if len(b.pending) > 0 {
+			if b.writes.waiting() {
 				v = b.deletedView(sb) // the store has not got it yet
 			}
 		default:
@@ -97,6 +103,15 @@ func (c *Coordinator) StartTurn(ctx context.Context, id, input string) (sandbox.
 		return sandbox.Turn{}, sandbox.Errorf(sandbox.EInvalidRequest, "input must be a non-empty string")
 	}
 	return callAs[sandbox.Turn](ctx, c, cluster.Call{Op: cluster.OpStartTurn, SandboxID: id, Input: input})
+}
+
+// QueueTurn is StartTurn for a turn that may wait: while another turn is
+// open it is queued behind it (queue.go) instead of refused.
+func (c *Coordinator) QueueTurn(ctx context.Context, id, input string) (sandbox.Turn, error) {
+	if input == "" {
+		return sandbox.Turn{}, sandbox.Errorf(sandbox.EInvalidRequest, "input must be a non-empty string")
+	}
+	return callAs[sandbox.Turn](ctx, c, cluster.Call{Op: cluster.OpStartTurn, SandboxID: id, Input: input, Queue: true})
 }
 
 // Turn returns a turn of a sandbox, queued ones included. Any node

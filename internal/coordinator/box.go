@@ -23,46 +23,50 @@ import (
 // connection, the translator and the current turn. Everything that changes
 // them runs on that goroutine, as a command or as an inbound agent message,
 // so the order of events in the log is the order things happened.
+//
+// Its state is in parts with one job each, every one owned by the actor
+// (none has a goroutine or a lock of its own; the loop in run selects on
+// their timers and channels and calls into them):
+//
+//   - writes (pending.go): the appends the store refused, in order, their
+//     health and the timer that retries them.
+//   - slot (idle.go, slots.go): the agent slot the box holds or waits for,
+//     the idle timer that stops an agent with nothing to do, and the
+//     channels on which the slot manager grants a slot or asks for it back.
+//   - timers (turn.go): the running turn's timeout, the grace of a cancel,
+//     and the translator's next flush of coalesced chunks.
+//   - approvals (approvals.go): the pending permission requests of the turn
+//     and the timer that expires them.
+//   - queue (queue.go): the turns accepted to start after the open one,
+//     first come first.
+//
+// What is left on box itself is the agent (conn, boot, session), the
+// translator and the current turn, which every part reads.
 type box struct {
 	c    *Coordinator
 	id   string
 	cmds chan func()
 
 	// Owned by the actor goroutine.
-	conn      *agent.Conn
-	booting   bool
-	tr        *translate.Translator
-	seen      translate.Stats // translator counts already told to the observer
-	cfg       config          // the sandbox's private config, read with the translator
-	turn      *turnRun
-	approvals map[string]*approvalRun
-	deleted   bool
-	logBytes  logBytesWatch // the event log's byte bound (logbytes.go)
-
-	// The agent's slot (see slots and idle.go).
-	slot      bool          // holds a slot: booting, running or stopping
-	waiting   bool          // a turn waits in the slot queue
-	idle      bool          // the agent runs with nothing to do
-	idleTimer *time.Timer   // stops the agent after Config.AgentIdleTimeout
-	granted   chan struct{} // the slot manager granted the waiting turn a slot
-	evict     chan struct{} // the slot manager asks this idle agent to stop
+	conn     *agent.Conn
+	booting  bool
+	bootDone chan bootResult
+	tr       *translate.Translator
+	seen     translate.Stats // translator counts already told to the observer
+	cfg      config          // the sandbox's private config, read with the translator
+	turn     *turnRun
+	queue    []*turnRun // turns waiting behind turn (queue.go)
+	deleted  bool
+	logBytes logBytesWatch // the event log's byte bound (logbytes.go)
 
 	// The agent's session (see session.go).
 	session     string // the open session's id
 	sessionKept bool   // it is the one the sandbox's state keeps
-	// Writes the store refused, oldest first, and how they are retried
-	// (see pending.go).
-	pending       []pendingWrite
-	pendingEvents int   // events in pending
-	lastErr       error // the store's last refusal
-	attempt       int   // retries since the first refusal
-	retry         *time.Timer
 
-	flush       *time.Timer
-	turnTimer   *time.Timer
-	cancelTimer *time.Timer
-	apprTimer   *time.Timer
-	bootDone    chan bootResult
+	writes    pendingWrites
+	slot      agentSlot
+	timers    turnTimers
+	approvals approvals
 }
 
 type turnRun struct {
@@ -72,18 +76,16 @@ type turnRun struct {
 	accepted bool        // answered 202: its turn.started and turn.completed must reach the log
 	running  bool        // turn.started written (or waiting), prompt sent unless the store refused it
 	canceled bool
-}
-
-type approvalRun struct {
-	req     agent.RequestID
-	data    sandbox.ApprovalRequested
-	pending translate.Pending
+	// prompt is the prompt of an input of blocks (attachments.go); nil for text.
+	prompt []agent.Block
 }
 
 type bootResult struct {
 	conn   *agent.Conn
 	err    error
 	stderr string // the end of what the agent wrote to stderr, when err is set
+	// configErrs: the recorded mode or model the agent did not take (config.go).
+	configErrs []error
 }
 
 func (c *Coordinator) box(id string) (*box, error) {
@@ -96,19 +98,14 @@ func (c *Coordinator) box(id string) (*box, error) {
 		return nil, sandbox.Errorf(sandbox.EConflict, "the server is shutting down")
 	}
 	b := &box{
-		c:           c,
-		id:          id,
-		cmds:        make(chan func()),
-		approvals:   map[string]*approvalRun{},
-		bootDone:    make(chan bootResult, 1),
-		flush:       stoppedTimer(),
-		turnTimer:   stoppedTimer(),
-		cancelTimer: stoppedTimer(),
-		apprTimer:   stoppedTimer(),
-		idleTimer:   stoppedTimer(),
-		granted:     make(chan struct{}, 1),
-		evict:       make(chan struct{}, 1),
-		retry:       stoppedTimer(),
+		c:         c,
+		id:        id,
+		cmds:      make(chan func()),
+		bootDone:  make(chan bootResult, 1),
+		writes:    pendingWrites{retry: stoppedTimer()},
+		slot:      newAgentSlot(),
+		timers:    turnTimers{timeout: stoppedTimer(), cancel: stoppedTimer(), flush: stoppedTimer()},
+		approvals: approvals{runs: map[string]*approvalRun{}, timer: stoppedTimer()},
 	}
 	c.boxes[id] = b
 	c.wg.Add(1)
@@ -184,27 +181,28 @@ func (b *box) run(ctx context.Context) {
 			}
 		case res := <-b.bootDone:
 			b.booted(res)
-		case <-b.flush.C:
+		case <-b.timers.flush.C:
 			if b.tr != nil {
 				b.emit(b.tr.Flush())
 			}
-		case <-b.turnTimer.C:
+		case <-b.timers.timeout.C:
 			b.turnTimedOut()
-		case <-b.cancelTimer.C:
+		case <-b.timers.cancel.C:
 			b.cancelOverdue()
-		case <-b.apprTimer.C:
+		case <-b.approvals.timer.C:
 			b.expireApprovals()
-		case <-b.idleTimer.C:
+		case <-b.slot.idleTimer.C:
 			b.idleExpired()
-		case <-b.granted:
+		case <-b.slot.granted:
 			b.slotGranted()
-		case <-b.evict:
+		case <-b.slot.evict:
 			b.evicted()
-		case <-b.retry.C:
+		case <-b.writes.retry.C:
 			b.retryWrites()
 		}
 		b.stopForStore()
 		b.stopForLogBytes()
+		b.nextTurn()
 		b.armFlush()
 		b.settleIdle()
 	}
@@ -255,7 +253,22 @@ func (b *box) dir() string { return filepath.Join(b.c.cfg.DataDir, "sandboxes", 
 // if any. A refused append waits in memory and is retried (see write); the
 // error tells a caller that answers a request.
 func (b *box) emit(evs []*sandbox.Event) error {
+	b.keepUsage(evs)
 	return b.write(evs, nil)
+}
+
+// keepUsage gives the running turn, which GET of the turn answers from,
+// the usage of the turn.usage events among evs.
+func (b *box) keepUsage(evs []*sandbox.Event) {
+	if b.turn == nil {
+		return
+	}
+	for _, ev := range evs {
+		if u, ok := ev.Data.(*sandbox.TurnUsage); ok && ev.TurnID == b.turn.turn.ID {
+			usage := u.Usage
+			b.turn.turn.Usage = &usage
+		}
+	}
 }
 
 // observe tells the observer about settled turns and approvals, and, when a
@@ -319,12 +332,12 @@ func (b *box) statusMutate(status, detail string) func(*sandbox.State) error {
 }
 
 func (b *box) armFlush() {
-	b.flush.Stop()
+	b.timers.flush.Stop()
 	if b.tr == nil {
 		return
 	}
 	if at, ok := b.tr.NextFlush(); ok {
-		b.flush.Reset(max(time.Until(at), 0))
+		b.timers.flush.Reset(max(time.Until(at), 0))
 	}
 }
 
@@ -343,7 +356,7 @@ func (b *box) translator() (*translate.Translator, config, error) {
 		return nil, cfg, fmt.Errorf("decode sandbox config: %w", err)
 	}
 	b.cfg = cfg
-	secrets := b.c.redactions(b.id, cfg.Secrets)
+	secrets := b.c.redactions(b.id, cfg.secrets())
 	b.tr = translate.New(translate.Config{
 		SandboxID:     b.id,
 		Dir:           filepath.Join(b.dir(), "work"),
@@ -352,6 +365,7 @@ func (b *box) translator() (*translate.Translator, config, error) {
 		FlushInterval: b.c.cfg.FlushInterval,
 		ApprovalTTL:   b.c.cfg.ApprovalTimeout,
 		Now:           b.c.cfg.Now,
+		ToolOutput:    cfg.ToolOutput,
 	})
 	return b.tr, cfg, nil
 }
@@ -377,6 +391,7 @@ func (b *box) boot(forTurn bool) {
 		b.setStatus(sandbox.StatusFailed, "the sandbox configuration could not be read")
 		return
 	}
+	wish := b.configAtBoot(st)
 	reg, registered := b.c.cfg.Agents[sb.Agent]
 	var command []string
 	if registered {
@@ -389,7 +404,7 @@ func (b *box) boot(forTurn bool) {
 		b.failQueued(sandbox.ErrAgentStartFailed, msg)
 		return
 	}
-	if !b.slot {
+	if !b.slot.held {
 		if !b.c.slots.acquire(b, forTurn) {
 			if forTurn {
 				b.waitForSlot()
@@ -398,7 +413,7 @@ func (b *box) boot(forTurn bool) {
 			}
 			return
 		}
-		b.slot, b.waiting = true, false
+		b.slot.held, b.slot.waiting = true, false
 	}
 	b.booting = true
 	b.setStatus(sandbox.StatusBooting, fmt.Sprintf("starting agent %q", sb.Agent))
@@ -417,7 +432,10 @@ func (b *box) boot(forTurn bool) {
 		Sandbox:  b.dir(),
 		Session:  st.AgentSession,
 		FSBudget: b.c.fsBudget,
+
+		MCPServers: cfg.agentMCPServers(),
 	}
+	acfg.ToolOutput = cfg.ToolOutput
 	timeout := b.c.cfg.BootTimeout
 	go func() {
 		res := bootResult{}
@@ -436,6 +454,9 @@ func (b *box) boot(forTurn bool) {
 		ctx, cancel := context.WithTimeout(b.c.ctx, timeout)
 		defer cancel()
 		res.conn, res.err = agent.Start(ctx, acfg)
+		if res.err == nil {
+			res.configErrs = applyConfig(ctx, res.conn, wish)
+		}
 		if logf != nil {
 			if res.err != nil {
 				res.stderr = logf.Tail()
@@ -503,7 +524,8 @@ func (b *box) booted(res bootResult) {
 	}
 	b.setConn(res.conn)
 	detail, evs := b.resumed(res.conn)
-	b.setStatus(sandbox.StatusReady, detail, evs...)
+	cfg, cfgEvs := b.configBooted(res)
+	b.write(append(evs, cfgEvs...), b.readyMutate(detail, cfg))
 	if b.turn != nil && !b.turn.running {
 		b.runTurn()
 	}

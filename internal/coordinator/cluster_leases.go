@@ -99,11 +99,7 @@ func (c *Coordinator) retire(b *box) {
 // lease comes back). It runs on the box goroutine.
 func (b *box) abandon() {
 	b.deleted = true // refuses new work and discards a boot in flight
-	b.turn = nil
-	clear(b.approvals)
-	b.turnTimer.Stop()
-	b.cancelTimer.Stop()
-	b.apprTimer.Stop()
+	b.forgetTurns()
 	b.tr = nil // nothing left to flush
 	b.dropPending()
 	if b.conn != nil {

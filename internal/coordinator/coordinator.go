@@ -93,6 +93,9 @@ type Config struct {
 	// workspace through Files (--files-max-size, --archive-max-size,
 	// --archive-max-entries); zero fields take workspace's defaults.
 	FileLimits workspace.Limits
+	// TurnImageMax bounds the decoded bytes of one image or file of a
+	// turn's input (--turn-image-max-size); 0 is DefaultTurnImageMax.
+	TurnImageMax int64
 
 	Logger   *slog.Logger
 	Now      func() time.Time
@@ -178,12 +181,23 @@ type CreateParams struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Source is where the workspace comes from (source.go).
 	Source *sandbox.Source `json:"source,omitempty"`
+	// MCPServers are given to the agent's sessions (mcp.go).
+	MCPServers []sandbox.MCPServerConfig `json:"mcp_servers,omitempty"`
+	// ToolOutput puts the output of the commands the agent runs in the
+	// log (tool.output).
+	ToolOutput bool `json:"tool_output,omitempty"`
+	// Config is the mode and the model to start in (config.go).
+	Config *sandbox.ConfigChange `json:"config,omitempty"`
 }
 
 // config is the private part of a sandbox kept in the store: never answered.
 type config struct {
 	Env     map[string]string `json:"env,omitempty"`
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// MCPServers hold secret values too: their env and headers.
+	MCPServers []sandbox.MCPServerConfig `json:"mcp_servers,omitempty"`
+	// ToolOutput asks the agent for its commands' output (tool.output).
+	ToolOutput bool `json:"tool_output,omitempty"`
 }
 
 // Limits on create requests, so one request cannot make a huge record.
@@ -302,6 +316,9 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 	if err := c.checkSource(p.Source); err != nil {
 		return sandbox.Sandbox{}, err
 	}
+	if err := c.checkMCPServers(agentName, p.MCPServers); err != nil {
+		return sandbox.Sandbox{}, err
+	}
 	now := c.now()
 	id := sandbox.NewID(sandbox.PrefixSandbox)
 	sb := sandbox.Sandbox{
@@ -311,13 +328,21 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 		Agent:     agentName,
 		CreatedAt: now,
 		UpdatedAt: now,
-		Metadata:  c.redactMetadata(id, p.Metadata, p.Secrets),
+		Metadata:  c.redactMetadata(id, p.Metadata, withMCPSecrets(p.Secrets, p.MCPServers)),
 		Source:    p.Source.Clone(),
+	}
+	sb.ToolOutput = p.ToolOutput
+	sb.MCPServers = c.publicMCPServers(id, p.MCPServers, p.Secrets)
+	if p.Config != nil && (p.Config.Mode != "" || p.Config.Model != "") {
+		if err := checkConfigChange(*p.Config); err != nil {
+			return sandbox.Sandbox{}, err
+		}
+		sb.Config = &sandbox.AgentConfig{Mode: p.Config.Mode, Model: p.Config.Model, Modes: []sandbox.ConfigChoice{}, Models: []sandbox.ConfigChoice{}}
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
 	}
-	cfgJSON, err := json.Marshal(config{Env: p.Env, Secrets: p.Secrets})
+	cfgJSON, err := json.Marshal(config{Env: p.Env, Secrets: p.Secrets, MCPServers: p.MCPServers, ToolOutput: p.ToolOutput})
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}

@@ -51,7 +51,7 @@ func (b *box) stopForLogBytes() {
 	running := t != nil && t.running
 	look := running || b.logBytes.turn
 	b.logBytes.turn = running
-	if limit <= 0 || !look || len(b.pending) > 0 {
+	if limit <= 0 || !look || b.writes.waiting() {
 		return
 	}
 	sizer, ok := b.c.store.(logSizer)

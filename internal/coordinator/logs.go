@@ -137,7 +137,7 @@ func (c *Coordinator) AgentLog(ctx context.Context, id string) (*AgentLog, error
 		SandboxID: sb.ID,
 		Dir:       filepath.Join(dir, "work"),
 		DataDir:   c.cfg.DataDir,
-		Secrets:   c.redactions(sb.ID, cfg.Secrets),
+		Secrets:   c.redactions(sb.ID, cfg.secrets()),
 	})
 	redact := func(s string) string {
 		return tr.RedactInput([]sandbox.Input{{Type: "text", Text: strings.ToValidUTF8(s, "\uFFFD")}})[0].Text

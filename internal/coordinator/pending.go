@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"time"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/translate"
@@ -21,10 +22,35 @@ import (
 // would write are answered 503. What is left to queue is a boot's status
 // or an agent's exit, a handful of writes.
 
+// pendingWrites are the writes of one box that wait for the store, oldest
+// first, with what the retries know of the store's health.
+type pendingWrites struct {
+	queue   []pendingWrite
+	events  int         // events in queue
+	lastErr error       // the store's last refusal
+	attempt int         // retries since the first refusal
+	retry   *time.Timer // the next retry
+}
+
 // pendingWrite is one append the store refused, kept to be made as it was.
 type pendingWrite struct {
 	evs    []*sandbox.Event
 	mutate func(*sandbox.State) error
+}
+
+// waiting reports whether a write waits: every later one queues behind it.
+func (p *pendingWrites) waiting() bool { return len(p.queue) > 0 }
+
+// err is what a request that would write is answered while writes wait.
+func (p *pendingWrites) err() error { return unavailable(p.lastErr) }
+
+// refused records the store's refusal and arms the next retry, later with
+// each attempt.
+func (p *pendingWrites) refused(err error, backoff time.Duration) {
+	p.lastErr = err
+	p.retry.Stop()
+	p.retry.Reset(backoff)
+	p.attempt++
 }
 
 // storeStopped is what the log says of a turn stopped because the store
@@ -40,9 +66,9 @@ func (b *box) write(evs []*sandbox.Event, mutate func(*sandbox.State) error) err
 	if len(evs) == 0 && mutate == nil {
 		return nil
 	}
-	if len(b.pending) > 0 {
+	if b.writes.waiting() {
 		b.hold(evs, mutate)
-		return unavailable(b.lastErr)
+		return b.writes.err()
 	}
 	err := b.append(evs, mutate)
 	switch {
@@ -50,9 +76,8 @@ func (b *box) write(evs []*sandbox.Event, mutate func(*sandbox.State) error) err
 		return nil
 	case storeFault(err):
 		b.log().Error("append failed; the events wait in memory until the store takes them", "err", err, "events", len(evs))
-		b.lastErr = err
 		b.hold(evs, mutate)
-		b.armRetry()
+		b.writes.refused(err, b.c.backoff(b.writes.attempt))
 		return unavailable(err)
 	default:
 		b.log().Error("append refused", "err", err, "events", len(evs))
@@ -65,8 +90,8 @@ func (b *box) write(evs []*sandbox.Event, mutate func(*sandbox.State) error) err
 // fault leaves nothing waiting; the caller undoes what it began and
 // answers unavailable.
 func (b *box) tryWrite(evs []*sandbox.Event, mutate func(*sandbox.State) error) error {
-	if len(b.pending) > 0 {
-		return unavailable(b.lastErr)
+	if b.writes.waiting() {
+		return b.writes.err()
 	}
 	err := b.append(evs, mutate)
 	if storeFault(err) {
@@ -87,52 +112,48 @@ func (b *box) append(evs []*sandbox.Event, mutate func(*sandbox.State) error) er
 }
 
 func (b *box) hold(evs []*sandbox.Event, mutate func(*sandbox.State) error) {
-	if len(b.pending) == 0 {
+	w := &b.writes
+	if !w.waiting() {
 		b.c.stalled.Add(1)
 	}
-	b.pending = append(b.pending, pendingWrite{evs: evs, mutate: mutate})
-	b.pendingEvents += len(evs)
+	w.queue = append(w.queue, pendingWrite{evs: evs, mutate: mutate})
+	w.events += len(evs)
 	b.c.cfg.Observer.EventsWaiting(len(evs))
-}
-
-func (b *box) armRetry() {
-	b.retry.Stop()
-	b.retry.Reset(b.c.backoff(b.attempt))
-	b.attempt++
 }
 
 // retryWrites makes the waiting writes, oldest first, until the store
 // refuses one again (then it tries later) or none is left.
 func (b *box) retryWrites() {
-	if len(b.pending) == 0 {
+	w := &b.writes
+	if !w.waiting() {
 		return
 	}
-	for len(b.pending) > 0 {
-		w := b.pending[0]
+	for w.waiting() {
+		next := w.queue[0]
 		b.c.cfg.Observer.AppendRetried()
-		err := b.append(w.evs, w.mutate)
+		err := b.append(next.evs, next.mutate)
 		if storeFault(err) {
-			b.lastErr = err
-			b.log().Warn("append still refused; trying again later", "err", err, "events_waiting", b.pendingEvents, "attempt", b.attempt)
-			b.armRetry()
+			b.log().Warn("append still refused; trying again later", "err", err, "events_waiting", w.events, "attempt", w.attempt)
+			w.refused(err, b.c.backoff(w.attempt))
 			return
 		}
 		if err != nil {
-			b.log().Error("append refused", "err", err, "events", len(w.evs))
+			b.log().Error("append refused", "err", err, "events", len(next.evs))
 		}
-		b.pending[0] = pendingWrite{}
-		b.pending = b.pending[1:]
-		b.pendingEvents -= len(w.evs)
-		b.c.cfg.Observer.EventsWaiting(-len(w.evs))
+		w.queue[0] = pendingWrite{}
+		w.queue = w.queue[1:]
+		w.events -= len(next.evs)
+		b.c.cfg.Observer.EventsWaiting(-len(next.evs))
 	}
-	b.log().Info("the writes that waited are durable", "attempts", b.attempt)
+	b.log().Info("the writes that waited are durable", "attempts", w.attempt)
 	b.settled()
 }
 
 // settled forgets the retry state once nothing waits.
 func (b *box) settled() {
-	b.pending, b.lastErr, b.attempt = nil, nil, 0
-	b.retry.Stop()
+	w := &b.writes
+	w.queue, w.lastErr, w.attempt = nil, nil, 0
+	w.retry.Stop()
 	b.c.stalled.Add(-1)
 }
 
@@ -142,13 +163,14 @@ func (b *box) settled() {
 // Recover, the node that takes it over) ends its open turn from what is
 // durable.
 func (b *box) dropPending() {
-	if len(b.pending) == 0 {
+	w := &b.writes
+	if !w.waiting() {
 		return
 	}
 	b.log().Error("writes the event store never took are dropped; the open turn is settled from what is durable when the sandbox is next recovered",
-		"events", b.pendingEvents, "err", b.lastErr)
-	b.c.cfg.Observer.EventsWaiting(-b.pendingEvents)
-	b.pendingEvents = 0
+		"events", w.events, "err", w.lastErr)
+	b.c.cfg.Observer.EventsWaiting(-w.events)
+	w.events = 0
 	b.settled()
 }
 
@@ -160,7 +182,7 @@ func (b *box) dropPending() {
 // It runs after each step of the box, so the step that hit the refusal
 // finishes as it began.
 func (b *box) stopForStore() {
-	if len(b.pending) == 0 || b.turn == nil {
+	if !b.writes.waiting() || b.turn == nil {
 		return
 	}
 	b.log().Warn("stopping the turn: the event store refuses its events", "turn_id", b.turn.turn.ID)

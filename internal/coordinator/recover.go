@@ -11,7 +11,8 @@ import (
 
 // Recover settles what a previous run of the server left open: every turn
 // that was queued or running is completed as failed after a sandbox.error
-// coordinator_restarted, its pending approvals are resolved as failed, and
+// coordinator_restarted (a turn queued behind another without the error:
+// it never started), its pending approvals are resolved as failed, and
 // sandboxes whose agent was running are marked stopped (the agent boots again
 // with the next turn). Call it once, before serving.
 //
@@ -48,7 +49,7 @@ func (c *Coordinator) recoverAll(ctx context.Context) error {
 // its state need not be read. Pending approvals belong to the current
 // turn: a turn's end resolves them in the same append (translate).
 func settled(sb sandbox.Sandbox) bool {
-	if sb.CurrentTurn != nil {
+	if sb.CurrentTurn != nil || len(sb.QueuedTurns) > 0 {
 		return false
 	}
 	switch sb.Status {
@@ -115,6 +116,7 @@ func (c *Coordinator) recoverOnce(ctx context.Context, id string, why settleReas
 		for _, t := range st.Tools {
 			if t.Status == sandbox.ToolPending || t.Status == sandbox.ToolRunning {
 				t.Status = sandbox.ToolFailed
+				t.Output = nil // the state's, never a tool.updated's
 				add(sandbox.TypeToolUpdated, cur.ID, &t)
 			}
 		}
@@ -129,6 +131,15 @@ func (c *Coordinator) recoverOnce(ctx context.Context, id string, why settleReas
 			Status: sandbox.TurnFailed, StopReason: sandbox.StopError,
 			Error:      &sandbox.ErrorInfo{Code: sandbox.ErrCoordinatorRestarted, Message: msg},
 			DurationMS: now.Sub(cur.CreatedAt).Milliseconds(),
+		})
+	}
+	// Turns queued behind it never ran: a restart does not run them
+	// (queue.go), it ends them as it ends the open one.
+	for _, q := range st.Sandbox.QueuedTurns {
+		add(sandbox.TypeTurnCompleted, q.ID, &sandbox.TurnCompleted{
+			Status: sandbox.TurnFailed, StopReason: sandbox.StopError,
+			Error:      &sandbox.ErrorInfo{Code: sandbox.ErrCoordinatorRestarted, Message: msg},
+			DurationMS: now.Sub(q.CreatedAt).Milliseconds(),
 		})
 	}
 	status, detail := st.Sandbox.Status, st.Sandbox.StatusDetail

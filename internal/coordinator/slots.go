@@ -43,7 +43,7 @@ func newSlots(max int) *slots {
 // acquire asks for a slot for b's boot. It is granted at once when one is
 // free and no turn waits. Otherwise, for a turn (queue true), b joins the
 // queue, an idle agent may be asked to stop, and the slot arrives later on
-// b.granted; for a create it is simply not granted.
+// b.slot.granted; for a create it is simply not granted.
 func (s *slots) acquire(b *box, queue bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -139,7 +139,7 @@ func (s *slots) schedule() {
 		w := s.waiting[0]
 		s.waiting = s.waiting[1:]
 		s.holders[w] = true
-		signal(w.granted)
+		signal(w.slot.granted)
 	}
 	for need := len(s.waiting) - len(s.evicting) - len(s.stopping); need > 0; need-- {
 		var victim *box
@@ -152,7 +152,7 @@ func (s *slots) schedule() {
 			return
 		}
 		s.evicting[victim] = true
-		signal(victim.evict)
+		signal(victim.slot.evict)
 	}
 }
 

@@ -16,17 +16,30 @@ import (
 // the turn is completed without it and the agent is stopped.
 const cancelGrace = 10 * time.Second
 
-// cancelledOutcome answers a permission request whose turn ended (ACP's
-// "cancelled" outcome).
-var cancelledOutcome = agent.PermissionCancelled()
+// turnTimers are the timers of the current turn, and the translator's
+// flush, which only has chunks to flush while a turn runs.
+type turnTimers struct {
+	timeout *time.Timer // the turn ran Config.TurnTimeout
+	cancel  *time.Timer // the agent did not answer a cancel within cancelGrace
+	flush   *time.Timer // the translator's next flush of coalesced chunks
+}
 
-func (b *box) startTurn(input string) (sandbox.Turn, error) {
+// stop stops the timers of a turn that ended.
+func (t *turnTimers) stop() {
+	t.timeout.Stop()
+	t.cancel.Stop()
+}
+
+// startTurn accepts a turn: it runs at once when the agent is ready, or
+// waits for the agent to boot. While another turn is open it is refused,
+// or, with queue, waits behind it (queue.go).
+func (b *box) startTurn(input string, blocks []sandbox.InputBlock, queue bool) (sandbox.Turn, error) {
 	if b.deleted {
 		return sandbox.Turn{}, sandbox.Errorf(sandbox.EConflict, "sandbox %s is deleted; create a new one", b.id)
 	}
-	if b.turn != nil {
+	if b.turn != nil && !queue {
 		return sandbox.Turn{}, sandbox.Errorf(sandbox.ETurnInProgress,
-			"turn %s is still %s; wait for its turn.completed or cancel it", b.turn.turn.ID, b.turn.turn.Status)
+			"turn %s is still %s; wait for its turn.completed, cancel it, or send the turn with \"queue\": true", b.turn.turn.ID, b.turn.turn.Status)
 	}
 	if err := b.c.admitDisk(b.id); err != nil {
 		return sandbox.Turn{}, err
@@ -34,14 +47,21 @@ func (b *box) startTurn(input string) (sandbox.Turn, error) {
 	if _, _, err := b.translator(); err != nil {
 		return sandbox.Turn{}, err
 	}
+	prompt, in, aerr := b.attach(input, blocks)
+	if aerr != nil {
+		return sandbox.Turn{}, aerr
+	}
 	t := &turnRun{
 		turn: sandbox.Turn{
 			ID: sandbox.NewID(sandbox.PrefixTurn), Object: "turn", SandboxID: b.id,
 			// The resource shows the input as its turn.started will; the
 			// agent alone gets it as it was sent.
-			Status: sandbox.TurnQueued, Input: b.tr.RedactInput(sandbox.TextInput(input)), CreatedAt: b.c.now(),
+			Status: sandbox.TurnQueued, Input: b.tr.RedactInput(in), CreatedAt: b.c.now(),
 		},
-		text: input,
+		text: input, prompt: prompt,
+	}
+	if b.turn != nil {
+		return b.enqueue(t)
 	}
 	b.turn = t
 	if b.conn != nil {
@@ -54,11 +74,8 @@ func (b *box) startTurn(input string) (sandbox.Turn, error) {
 	// The turn is accepted only once the store has it: a 202 for a turn
 	// the log never heard of would be a turn nobody can find.
 	err := b.tryWrite(nil, func(st *sandbox.State) error {
-		// The stored state decides, not what this node last read: a node
-		// that took the sandbox over just after another deleted it may
-		// have read it before the delete.
-		if st.Sandbox.Status == sandbox.StatusDeleted {
-			return sandbox.Errorf(sandbox.EConflict, "sandbox %s is deleted; create a new one", b.id)
+		if err := b.refuseDeleted(st); err != nil {
+			return err
 		}
 		st.Sandbox.CurrentTurn = &queued
 		return nil
@@ -73,6 +90,17 @@ func (b *box) startTurn(input string) (sandbox.Turn, error) {
 	t.accepted = true
 	b.boot(true)
 	return t.turn, nil
+}
+
+// refuseDeleted refuses a write that begins a turn in a deleted sandbox.
+// The stored state decides, not what this node last read: a node that
+// took the sandbox over just after another deleted it may have read it
+// before the delete.
+func (b *box) refuseDeleted(st *sandbox.State) error {
+	if st.Sandbox.Status == sandbox.StatusDeleted {
+		return sandbox.Errorf(sandbox.EConflict, "sandbox %s is deleted; create a new one", b.id)
+	}
+	return nil
 }
 
 // runTurn writes the turn's turn.started and sends the prompt. A turn not
@@ -97,12 +125,17 @@ func (b *box) runTurn() error {
 	t.running, t.turn.Status = true, sandbox.TurnRunning
 	b.sessionInUse()
 	t.start = b.markTurn(startMark(t.turn.ID))
-	if err := b.conn.Prompt(t.turn.ID, t.text); err != nil {
+	prompt, refused := b.promptFor(t)
+	if refused != nil {
+		b.emit(b.endTurn(translate.TurnResult{Err: refused}))
+		return nil
+	}
+	if err := b.conn.PromptBlocks(t.turn.ID, prompt); err != nil {
 		b.log().Warn("prompt failed", "err", err)
 		b.agentGone(err, false)
 		return nil
 	}
-	b.turnTimer.Reset(b.c.cfg.TurnTimeout)
+	b.timers.timeout.Reset(b.c.cfg.TurnTimeout)
 	return nil
 }
 
@@ -113,12 +146,7 @@ func (b *box) endTurn(res translate.TurnResult, extra ...*sandbox.Event) []*sand
 	if b.turn == nil {
 		return extra
 	}
-	for id, a := range b.approvals {
-		if b.conn != nil {
-			b.respond(a.req, cancelledOutcome)
-		}
-		delete(b.approvals, id)
-	}
+	b.approvals.cancelAll(b.respond)
 	if b.turn.running {
 		res.Changes = b.turnChanges(b.turn)
 	} else {
@@ -128,17 +156,17 @@ func (b *box) endTurn(res translate.TurnResult, extra ...*sandbox.Event) []*sand
 	}
 	evs := append(extra, b.tr.EndTurn(res)...)
 	b.turn = nil
-	b.turnTimer.Stop()
-	b.cancelTimer.Stop()
-	b.apprTimer.Stop()
+	b.timers.stop()
 	return evs
 }
 
+// failQueued fails the turn that waited for the agent, and every turn
+// queued behind it, when the agent cannot start: the next boot would fail
+// the same way.
 func (b *box) failQueued(code, msg string) {
-	if b.turn == nil {
-		return
-	}
-	b.emit(b.endTurn(translate.TurnResult{Err: &sandbox.ErrorInfo{Code: code, Message: msg}}))
+	res := translate.TurnResult{Err: &sandbox.ErrorInfo{Code: code, Message: msg}}
+	evs := b.endTurn(res)
+	b.emit(append(evs, b.endQueue(res)...))
 }
 
 func (b *box) respond(req agent.RequestID, result any) {
@@ -168,15 +196,9 @@ func (b *box) inbound(in agent.Inbound) {
 			b.emit(evs)
 			return
 		}
-		run := &approvalRun{req: in.Request, pending: p}
-		for _, ev := range evs {
-			if d, ok := ev.Data.(*sandbox.ApprovalRequested); ok {
-				run.data = *d
-			}
-		}
-		b.approvals[p.ApprovalID] = run
+		b.approvals.add(in.Request, p, evs)
 		b.emit(evs)
-		b.armApprovals()
+		b.approvals.arm()
 	case agent.PromptDone:
 		if b.turn == nil || !b.turn.running || in.TurnID != b.turn.turn.ID {
 			return // the answer of a turn that already ended
@@ -261,6 +283,9 @@ func (b *box) agentGone(cause error, protocol bool) {
 }
 
 func (b *box) cancel(turnID string) (sandbox.Turn, error) {
+	if i := b.queuedAt(turnID); i >= 0 {
+		return b.cancelQueued(i)
+	}
 	if b.turn == nil || b.turn.turn.ID != turnID {
 		return b.c.store.Turn(context.Background(), b.id, turnID)
 	}
@@ -283,16 +308,16 @@ func (b *box) cancel(turnID string) (sandbox.Turn, error) {
 		b.log().Warn("session/cancel failed", "err", err)
 	}
 	var evs []*sandbox.Event
-	for id, a := range b.approvals {
+	for id, a := range b.approvals.runs {
 		b.respond(a.req, cancelledOutcome)
 		_, e, err := b.tr.ResolveApproval(id, sandbox.DecisionCanceled, "", sandbox.ReasonTurnCanceled)
 		if err == nil {
 			evs = append(evs, e...)
 		}
-		delete(b.approvals, id)
+		delete(b.approvals.runs, id)
 	}
-	b.apprTimer.Stop()
-	b.cancelTimer.Reset(cancelGrace)
+	b.approvals.timer.Stop()
+	b.timers.cancel.Reset(cancelGrace)
 	if err := b.emit(evs); err != nil {
 		return sandbox.Turn{}, err // the cancel stands, as above
 	}
@@ -330,107 +355,17 @@ func (b *box) stopAgent() {
 	}
 	conn := b.conn
 	b.setConn(nil)
-	clear(b.approvals)
+	b.approvals.forget()
 	conn.Close()
 	b.releaseSlot()
 }
 
-func (b *box) decide(approvalID string, d sandbox.Decision) (sandbox.Approval, error) {
-	a, ok := b.approvals[approvalID]
-	if !ok {
-		appr, err := b.c.store.Approval(context.Background(), b.id, approvalID)
-		if err != nil {
-			return sandbox.Approval{}, err
-		}
-		if appr.Status == sandbox.ApprovalDone {
-			dec := ""
-			if appr.Decision != nil {
-				dec = *appr.Decision
-			}
-			return sandbox.Approval{}, sandbox.Errorf(sandbox.EApprovalResolved, "approval %s was already resolved (%s)", approvalID, dec)
-		}
-		return sandbox.Approval{}, sandbox.Errorf(sandbox.EConflict, "approval %s is not pending on this server", approvalID)
-	}
-	var decision string
-	switch {
-	case d.OptionID != "" && d.Decision != "":
-		return sandbox.Approval{}, sandbox.Errorf(sandbox.EInvalidRequest, "give either decision or option_id, not both")
-	case d.OptionID != "":
-		for _, o := range a.data.Options {
-			if o.OptionID == d.OptionID {
-				decision = sandbox.DecisionDenied
-				if o.Kind == sandbox.OptionAllowOnce || o.Kind == sandbox.OptionAllowAlways {
-					decision = sandbox.DecisionApproved
-				}
-			}
-		}
-		if decision == "" {
-			ids := make([]string, 0, len(a.data.Options))
-			for _, o := range a.data.Options {
-				ids = append(ids, o.OptionID)
-			}
-			return sandbox.Approval{}, sandbox.Errorf(sandbox.EInvalidRequest, "unknown option_id %q; this approval offers %v", d.OptionID, ids)
-		}
-	case d.Decision == "approve":
-		decision = sandbox.DecisionApproved
-	case d.Decision == "deny":
-		decision = sandbox.DecisionDenied
-	default:
-		return sandbox.Approval{}, sandbox.Errorf(sandbox.EInvalidRequest, `decision must be "approve" or "deny" (or give option_id)`)
-	}
-	out, evs, err := b.tr.ResolveApproval(approvalID, decision, d.OptionID, sandbox.ReasonUser)
-	if err != nil {
-		return sandbox.Approval{}, err
-	}
-	delete(b.approvals, approvalID)
-	if err := b.emit(evs); err != nil {
-		// The agent is not told: the refusal stops the turn, and the stop
-		// answers its request cancelled. The log keeps the decision,
-		// which lands with the turn's end when the store is back.
-		return sandbox.Approval{}, err
-	}
-	b.respond(a.req, agentOutcome(out))
-	b.armApprovals()
-	return b.c.store.Approval(context.Background(), b.id, approvalID)
-}
-
-func agentOutcome(out translate.AgentOutcome) any {
-	if out.Cancelled || out.OptionID == "" {
-		return cancelledOutcome
-	}
-	return agent.PermissionSelected(out.OptionID)
-}
-
-func (b *box) armApprovals() {
-	b.apprTimer.Stop()
-	var next time.Time
-	for _, a := range b.approvals {
-		if next.IsZero() || a.pending.ExpiresAt.Before(next) {
-			next = a.pending.ExpiresAt
-		}
-	}
-	if !next.IsZero() {
-		b.apprTimer.Reset(max(time.Until(next), 0))
-	}
-}
-
-func (b *box) expireApprovals() {
-	now := b.c.cfg.Now()
-	var evs []*sandbox.Event
-	for id, a := range b.approvals {
-		if now.Before(a.pending.ExpiresAt) {
-			continue
-		}
-		out, e, err := b.tr.ResolveApproval(id, sandbox.DecisionCanceled, "", sandbox.ReasonTimeout)
-		if err != nil {
-			continue
-		}
-		b.respond(a.req, agentOutcome(out))
-		evs = append(evs, e...)
-		delete(b.approvals, id)
-	}
-	b.emit(evs)
-	b.armApprovals()
+// forgetTurns drops the turn, its approvals and its timers without a word
+// in the log: the box lets go of its sandbox (abandon).
+func (b *box) forgetTurns() {
+	b.turn, b.queue = nil, nil
+	b.approvals.forget()
+	b.timers.stop()
 }
 
 // cancelAndStop stops the agent and ends the turn, if any, as canceled. The
@@ -469,6 +404,7 @@ func (b *box) remove() {
 	b.deleted = true
 	b.write(nil, b.statusMutate(sandbox.StatusStopping, "stopping the agent"))
 	evs := b.cancelAndStop(translate.TurnResult{Canceled: true})
+	evs = append(evs, b.endQueue(translate.TurnResult{Canceled: true})...)
 	b.c.clones.stop(b.id) // what it left is removed once it ends (booted)
 	b.removeFiles()
 	b.setStatus(sandbox.StatusDeleted, "deleted by request", evs...)
@@ -479,6 +415,7 @@ func (b *box) remove() {
 // agent is stopped.
 func (b *box) shutdown() {
 	evs := b.cancelAndStop(b.serverStopped())
+	evs = append(evs, b.endQueue(queueStopped)...)
 	if b.booting {
 		if res := <-b.bootDone; res.conn != nil {
 			res.conn.Close()

@@ -172,6 +172,7 @@ func (r *anthropicRequest) tool(kind string) string {
 	want := map[string][]string{
 		"write": {"Write", "mcp__acp__Write"},
 		"shell": {"Bash", "mcp__acp__Bash"},
+		"plan":  {"TodoWrite"},
 	}[kind]
 	for _, name := range want {
 		for _, t := range r.Tools {
@@ -289,6 +290,12 @@ func (a *anthropicAPI) message(r *anthropicRequest, reply Reply) *anthropicOut {
 			input = map[string]any{"file_path": path, "content": t.Content}
 		case "shell":
 			input = map[string]any{"command": t.Command, "description": "Write " + t.Path}
+		case "plan":
+			todos := make([]map[string]any, len(t.Plan))
+			for i, st := range t.Plan {
+				todos[i] = map[string]any{"content": st.Content, "status": st.Status, "activeForm": st.Content}
+			}
+			input = map[string]any{"todos": todos}
 		}
 		js, _ := json.Marshal(input)
 		o.blocks = append(o.blocks, map[string]any{

@@ -262,7 +262,8 @@ func (req geminiRequest) workDir() string {
 }
 
 // call expresses a script tool call with the CLI's own tools: write_file
-// for a write, run_shell_command for a shell command. ok is false when the
+// for a write, run_shell_command for a shell command, write_todos for a
+// plan. ok is false when the
 // request does not declare the tool.
 func (req geminiRequest) call(tc *ToolCall) (geminiFunctionCall, bool) {
 	args := map[string]any{}
@@ -298,6 +299,21 @@ func (req geminiRequest) call(tc *ToolCall) (geminiFunctionCall, bool) {
 		if p, ok := d.param("description"); ok {
 			args[p] = "Write " + tc.Path
 		}
+		return geminiFunctionCall{Name: d.Name, Args: args}, true
+	case "plan":
+		d := req.declaration("write_todos")
+		if d == nil {
+			return geminiFunctionCall{}, false
+		}
+		todosParam, ok := d.param("todos")
+		if !ok {
+			return geminiFunctionCall{}, false
+		}
+		todos := make([]map[string]any, len(tc.Plan))
+		for i, st := range tc.Plan {
+			todos[i] = map[string]any{"description": st.Content, "status": st.Status}
+		}
+		args[todosParam] = todos
 		return geminiFunctionCall{Name: d.Name, Args: args}, true
 	}
 	return geminiFunctionCall{}, false

@@ -250,6 +250,15 @@ func (o *openaiServer) toolCall(t *ToolCall, tools []openaiTool, cwd string) (ma
 			return openaiFunctionCall(callID, "shell", esc(map[string]any{"command": []string{"bash", "-lc", t.Command}})), nil
 		}
 		return nil, fmt.Errorf("the request offers no shell tool to run %q with", t.Command)
+	case "plan":
+		if has["update_plan"] != "function" {
+			return nil, fmt.Errorf("the request offers no update_plan tool")
+		}
+		plan := make([]map[string]any, len(t.Plan))
+		for i, st := range t.Plan {
+			plan[i] = map[string]any{"step": st.Content, "status": st.Status}
+		}
+		return openaiFunctionCall(callID, "update_plan", map[string]any{"plan": plan}), nil
 	}
 	return nil, fmt.Errorf("unknown tool kind %q", t.Kind)
 }

@@ -11,6 +11,8 @@
 //	write NAME   text, then a tool call that writes NAME in the working
 //	             directory (content WriteContent); after the tool result, text
 //	shell NAME   the same with a shell command that writes NAME
+//	plan         text, then a call of the agent's to-do tool that sets the
+//	             plan PlanSteps; after the tool result, text
 //	slow         text streamed slowly, until the client goes away (for cancel)
 //	fail         an HTTP 400 in the API's own error shape
 //	anything     one short text answer
@@ -51,11 +53,32 @@ type Reply struct {
 
 // ToolCall is a tool call of the model, in terms every API can express.
 type ToolCall struct {
-	Kind    string // "write" or "shell"
+	Kind    string // "write", "shell" or "plan"
 	Path    string // the file, relative to the agent's working directory
 	Content string // write: the file's content
 	Command string // shell: the command line
+	Plan    []PlanStep
 }
+
+// PlanStep is one step of a plan the model sets; Status is pending,
+// in_progress or completed, as every API's to-do tool spells it.
+type PlanStep struct {
+	Content string
+	Status  string
+}
+
+// PlanSteps is the plan the model sets for "plan": one step of each status.
+var PlanSteps = []PlanStep{
+	{"Read the request", "completed"},
+	{"Set the plan", "in_progress"},
+	{"Report back", "pending"},
+}
+
+// Texts of the "plan" reply, before the tool call and after its result.
+const (
+	PlanBeforeText = "I will set a plan first."
+	PlanAfterText  = "The plan is set."
+)
 
 // ToolIDPrefix starts every tool call id a fake model makes up, so that a
 // test can check that no agent's own tool id reaches a public event.
@@ -74,12 +97,24 @@ func BeforeText(path string) string { return "I will create " + path + " now." }
 // AfterText is the text that comes after the tool result for path.
 func AfterText(path string) string { return "Finished with " + path + "." }
 
-// ShellCommand is the command the model runs for "shell NAME".
-func ShellCommand(path string) string { return "echo shell > " + path }
+// ShellCommand is the command the model runs for "shell NAME": it writes
+// the file, then prints ShellOutputLine and the value of ShellEchoVar, so
+// that a test sees what a command printed, and a secret in it redacted.
+func ShellCommand(path string) string {
+	return "echo shell > " + path + "; echo " + ShellOutputLine + "; echo $" + ShellEchoVar
+}
+
+// ShellOutputLine and ShellEchoVar are what ShellCommand prints: a line
+// and the value of a variable of the agent's environment.
+const (
+	ShellOutputLine = "visible-output-line"
+	ShellEchoVar    = "CONFORMANCE_CANARY"
+)
 
 var (
 	writeRe = regexp.MustCompile(`\bwrite ([A-Za-z0-9._-]+)`)
 	shellRe = regexp.MustCompile(`\bshell ([A-Za-z0-9._-]+)`)
+	planRe  = regexp.MustCompile(`\bplan\b`)
 )
 
 // Script decides the replies and records the requests. The zero value is
@@ -118,6 +153,12 @@ func (s *Script) Next(c Conversation) Reply {
 			return Reply{Text: BeforeText(m[1]), Tool: &ToolCall{Kind: "shell", Path: m[1], Command: ShellCommand(m[1])}}
 		}
 		return Reply{Text: AfterText(m[1])}
+	}
+	if planRe.MatchString(p) {
+		if c.ToolResults == 0 {
+			return Reply{Text: PlanBeforeText, Tool: &ToolCall{Kind: "plan", Plan: PlanSteps}}
+		}
+		return Reply{Text: PlanAfterText}
 	}
 	return Reply{Text: PlainText}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"testing"
 	"time"
 
@@ -199,7 +200,7 @@ func TestClusterForward(t *testing.T) {
 		if got, want := string(rep.Result), `{"id":"turn_1"}`; got != want {
 			t.Fatalf("result = %s, want %s", got, want)
 		}
-		if got := <-calls; got != call {
+		if got := <-calls; !reflect.DeepEqual(got, call) {
 			t.Fatalf("served call = %+v, want %+v", got, call)
 		}
 	})

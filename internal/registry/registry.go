@@ -46,6 +46,12 @@ type Agent struct {
 	// (its model API on the host, a local proxy), beyond the server's
 	// --agent-host-port ones.
 	HostPorts []int `json:"host_ports,omitempty"`
+
+	// MCP says which MCP server transports a sandbox of this agent may be
+	// given (mcp.go); MCPCommands, when set, are the only commands a stdio
+	// one may run.
+	MCP         *MCPPolicy `json:"mcp,omitempty"`
+	MCPCommands []string   `json:"mcp_commands,omitempty"`
 }
 
 // Argv is the agent's command line.
@@ -98,7 +104,7 @@ type Registry map[string]Agent
 func (r Registry) Names() []string { return slices.Sorted(maps.Keys(r)) }
 
 // fieldNames are the fields of an agent in the file, for error messages.
-const fieldNames = "command, args, env, pass_env, network, read_paths, write_paths, host_ports"
+const fieldNames = "command, args, env, pass_env, network, read_paths, write_paths, host_ports, mcp, mcp_commands"
 
 var (
 	nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -237,12 +243,14 @@ func describe(data []byte, agent string, err error) error {
 
 func wantOf(field string) string {
 	switch strings.SplitN(field, ".", 2)[0] {
-	case "args", "pass_env", "read_paths", "write_paths":
+	case "args", "pass_env", "read_paths", "write_paths", "mcp_commands":
 		return "a list of strings"
 	case "env":
 		return "an object of string values"
 	case "host_ports":
 		return "a list of port numbers"
+	case "mcp":
+		return `an object such as {"stdio": true, "http": false}`
 	case "agents":
 		return "an object mapping names to agents"
 	}
@@ -300,6 +308,11 @@ func (a Agent) check() error {
 			if p == "" || strings.ContainsRune(p, 0) {
 				return fmt.Errorf("%s[%d] is empty or holds a NUL byte", f.name, i)
 			}
+		}
+	}
+	for i, c := range a.MCPCommands {
+		if strings.TrimSpace(c) == "" || strings.ContainsRune(c, 0) {
+			return fmt.Errorf("mcp_commands[%d] is empty or holds a NUL byte", i)
 		}
 	}
 	return nil

@@ -51,6 +51,7 @@ func newPromptCommand() *cli.Command {
 			&cli.BoolFlag{Name: "approve-all", EnvVars: []string{"SPARKLES_APPROVE_ALL"}, Usage: "approve every request of the agent without asking, each for one use (its allow_once option)"},
 			&cli.BoolFlag{Name: "deny-all", EnvVars: []string{"SPARKLES_DENY_ALL"}, Usage: "deny every request of the agent without asking"},
 			&cli.BoolFlag{Name: "rm", EnvVars: []string{"SPARKLES_RM"}, Usage: "delete the sandbox this command creates once the turn ends (not one named with --sandbox)"},
+			toolOutputFlag(),
 			&cli.BoolFlag{Name: "queue", EnvVars: []string{"SPARKLES_QUEUE"}, Usage: "while another turn of the sandbox runs, wait behind it instead of failing (at most 16 wait)"},
 		), attachFlags()...),
 		Action: runPrompt,
@@ -98,8 +99,9 @@ func runPrompt(c *cli.Context) error {
 	var since uint64
 	if id == "" {
 		sb, err := api.CreateSandbox(ctx, client.CreateSandboxRequest{
-			Agent:    c.String("agent"),
-			Metadata: map[string]string{"name": sandboxName(text)},
+			Agent:      c.String("agent"),
+			Metadata:   map[string]string{"name": sandboxName(text)},
+			ToolOutput: c.Bool("tool-output"),
 		})
 		if err != nil {
 			return api.describe(err)
@@ -580,4 +582,11 @@ func (p *promptRun) resolved(d *sandbox.ApprovalResolved) {
 
 func describeApproval(a *sandbox.ApprovalRequested) string {
 	return "[" + a.Kind + "] " + oneLine(a.Title, 100)
+}
+
+// toolOutputFlag creates the sandbox with the output of its agent's
+// commands in its log (tool.output).
+func toolOutputFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "tool-output", EnvVars: []string{"SPARKLES_TOOL_OUTPUT"},
+		Usage: "keep what the agent's commands print in the log (tool.output), redacted of the sandbox's secrets only; for a sandbox this command creates"}
 }

@@ -39,6 +39,9 @@ func newSandboxCommand() *cli.Command {
 					&cli.StringFlag{Name: "git", EnvVars: []string{"SPARKLES_SANDBOX_GIT"}, Usage: "clone the git repository URL[#REF] into the workspace before the agent boots (REF: a branch, tag or commit); a private one's token goes in --secret GIT_TOKEN=…"},
 					&cli.IntFlag{Name: "git-depth", EnvVars: []string{"SPARKLES_SANDBOX_GIT_DEPTH"}, Usage: "commits of history to clone with --git (default 0: all of it)"},
 					&cli.StringSliceFlag{Name: "mcp", EnvVars: []string{"SPARKLES_SANDBOX_MCP"}, Usage: "MCP server of the agent as NAME=COMMAND (stdio: the agent runs it, confined with it) or NAME=URL (http) (repeatable)"},
+					toolOutputFlag(),
+					&cli.StringFlag{Name: "mode", EnvVars: []string{"SPARKLES_SANDBOX_MODE"}, Usage: "the agent's mode to start in (one it announces: see sparkles sandbox config)"},
+					&cli.StringFlag{Name: "model", EnvVars: []string{"SPARKLES_SANDBOX_MODEL"}, Usage: "the agent's model to start with (one it announces: see sparkles sandbox config)"},
 					jsonFlag(),
 				),
 				Action: func(c *cli.Context) error {
@@ -49,7 +52,10 @@ func newSandboxCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					req := client.CreateSandboxRequest{Agent: c.String("agent")}
+					req := client.CreateSandboxRequest{Agent: c.String("agent"), ToolOutput: c.Bool("tool-output")}
+					if mode, model := c.String("mode"), c.String("model"); mode != "" || model != "" {
+						req.Config = &sandbox.ConfigChange{Mode: mode, Model: model}
+					}
 					for _, f := range []struct {
 						name string
 						dst  *map[string]string

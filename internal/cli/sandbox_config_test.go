@@ -86,3 +86,23 @@ func TestConfigLine(t *testing.T) {
 		t.Fatalf("gist of %d runes past 40: %q", len([]rune(got)), got)
 	}
 }
+
+// TestSandboxCreateFlags: `sandbox create --tool-output --mode --model`
+// makes a sandbox that keeps its commands' output and whose agent starts
+// in that mode and model.
+func TestSandboxCreateFlags(t *testing.T) {
+	srv, _ := startSandbox(t)
+	r := mustRun(t, srv.URL, "sandbox", "create", "--tool-output", "--mode", "plan", "--model", "demo-large", "--json")
+	var sb sandbox.Sandbox
+	if err := json.Unmarshal([]byte(r.out), &sb); err != nil {
+		t.Fatalf("sandbox create --json: %v\n%s", err, r.out)
+	}
+	runTurn(t, srv, sb.ID, "mode")
+	got, err := srv.Client.GetSandbox(testCtx(t), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.ToolOutput || got.Config == nil || got.Config.Mode != "plan" || got.Config.Model != "demo-large" {
+		t.Fatalf("sandbox created with --tool-output --mode plan --model demo-large: tool_output %v, config %+v", got.ToolOutput, got.Config)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,6 +203,21 @@ func TestClusterForward(t *testing.T) {
 		}
 		if got := <-calls; !reflect.DeepEqual(got, call) {
 			t.Fatalf("served call = %+v, want %+v", got, call)
+		}
+	})
+	t.Run("ErrPastMaxPayload", func(t *testing.T) {
+		// A turn with attachments larger than NATS takes is refused
+		// before it is sent, naming the limit, and the node never sees it.
+		big := cluster.Call{Op: cluster.OpStartTurn, SandboxID: "c_1", From: "node-a",
+			Blocks: []sandbox.InputBlock{{Type: "image", MediaType: "image/png", Data: strings.Repeat("A", 2<<20)}}}
+		_, err := a.Forward(ctx, "node-b", big)
+		if !sandbox.IsType(err, sandbox.EPayloadTooLarge) || !strings.Contains(err.Error(), "max_payload") {
+			t.Fatalf("Forward of a %d-byte call: %v, want payload_too_large naming max_payload", len(big.Blocks[0].Data), err)
+		}
+		select {
+		case got := <-calls:
+			t.Fatalf("node-b was called: %+v", got.Op)
+		default:
 		}
 	})
 	t.Run("Error", func(t *testing.T) {

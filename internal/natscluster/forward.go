@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/sparkles-dev/sparkles/internal/cluster"
+	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
 // Forwarded calls travel by NATS request and reply: node N subscribes to
@@ -27,6 +28,12 @@ func (c *Cluster) Forward(ctx context.Context, node string, call cluster.Call) (
 	data, err := json.Marshal(call)
 	if err != nil {
 		return cluster.Reply{}, err
+	}
+	// A turn's attachments travel in the call: past the server's payload
+	// limit NATS would refuse it, so say which limit.
+	if limit := c.nc.MaxPayload(); limit > 0 && int64(len(data)) > limit {
+		return cluster.Reply{}, sandbox.Errorf(sandbox.EPayloadTooLarge,
+			"the request takes %d bytes on its way to the node running this sandbox, past NATS's limit of %d (max_payload); send smaller attachments, or raise max_payload on the NATS servers", len(data), limit)
 	}
 	// A call sent while NATS is known unreachable would wait for its
 	// timeout; it was not sent, so the caller may answer unavailable.

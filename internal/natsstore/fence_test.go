@@ -83,13 +83,22 @@ func (f *fenced) join(role string) (*natsstore.Store, *natscluster.Cluster) {
 	return s, cl
 }
 
+// mustClaim claims id for cl. A replicated stream just made may still be
+// electing its leader, which the store answers as unavailable at once:
+// the claim is made again until it is taken or refused otherwise.
 func mustClaim(tb testing.TB, cl *natscluster.Cluster, id string) cluster.Claim {
 	tb.Helper()
-	got, err := cl.Claim(context.Background(), id)
-	if err != nil {
-		tb.Fatalf("%s claims %s: %v", cl.Node(), id, err)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got, err := cl.Claim(context.Background(), id)
+		if err == nil {
+			return got
+		}
+		if !sandbox.IsType(err, sandbox.EUnavailable) || time.Now().After(deadline) {
+			tb.Fatalf("%s claims %s: %v", cl.Node(), id, err)
+		}
+		time.Sleep(50 * time.Millisecond) // a poll of the stream's leader
 	}
-	return got
 }
 
 // takeOver removes a's registration, as when its process stayed paused

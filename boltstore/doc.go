@@ -26,6 +26,11 @@
 //	                then the envelope JSON as served
 //	    turns/      turn id -> sandbox.Turn JSON
 //	    approvals/  approval id -> sandbox.Approval JSON
+//	webhooks/                       top-level bucket (see Webhooks)
+//	  <endpoint id>/                one nested bucket per webhook endpoint
+//	    endpoint  the endpoint's record, JSON opaque to the store
+//	    cursors/  sandbox id -> 8-byte big-endian id: the endpoint is done
+//	              with that sandbox's log through this event
 //
 // Event ids are per sandbox, dense and strictly increasing, and never reused:
 // not after pruning, not after a restart. The next id is the last one plus
@@ -53,6 +58,21 @@
 // with items, 81 MiB and no growth (sparkles bench, size). One turn of
 // 100,000 tool calls: 606 MiB before, 115 MiB after, for 57 MiB of events
 // and 41 MiB of state.
+//
+// # Webhooks
+//
+// The webhook deliveries (internal/webhook) keep their endpoints and
+// cursors here, through the methods of webhooks.go: a delivery is one more
+// reader of a log, and its cursor must outlive a restart as the log does.
+// An endpoint's record is opaque bytes, like a sandbox's config, so the
+// store knows nothing of the delivery's types; it holds the signing
+// secret, which no answer carries. A cursor moves after every delivery a
+// receiver took, so its writes go through the committer like any other
+// and share the commits of the appends beside them rather than adding a
+// sync each. A cursor is not set for an endpoint deleted since, so a
+// delivery racing a delete does not bring the endpoint back; deleting an
+// endpoint removes its cursors with it. The cursors of a dropped sandbox
+// stay until their endpoint goes: a few bytes each.
 //
 // # Writes
 //

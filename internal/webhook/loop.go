@@ -1,0 +1,450 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+)
+
+// Defaults of Config.
+const (
+	DefaultMinBackoff   = 5 * time.Second
+	DefaultMaxBackoff   = time.Hour
+	DefaultDisableAfter = 72 * time.Hour
+	DefaultConcurrency  = 4
+	DefaultInterval     = 2 * time.Second
+	readPage            = 256
+	cursorTimeout       = 10 * time.Second
+)
+
+// Config configures a Loop.
+type Config struct {
+	Store  Store
+	Log    Log
+	Client *http.Client // NewClient's; NewClient(ClientOptions{}) when nil
+	Logger *slog.Logger
+	Now    func() time.Time
+
+	// A failed attempt is retried after MinBackoff, doubling up to
+	// MaxBackoff, each delay drawn in its upper half (jitter), so
+	// endpoints that failed together do not retry together. An event
+	// still failing DisableAfter after its first attempt disables the
+	// endpoint, with the reason in its record.
+	MinBackoff, MaxBackoff, DisableAfter time.Duration
+	// Concurrency bounds the requests in flight to one endpoint; each
+	// sandbox's events go one at a time, in order.
+	Concurrency int
+	// Interval is how often endpoints and sandboxes are listed again;
+	// new events wake deliveries at once (the log's Wait).
+	Interval time.Duration
+	// OnAttempt, when set, is told of every attempt.
+	OnAttempt func(Attempt)
+}
+
+// Loop delivers every enabled endpoint's events. Start runs it until Close.
+type Loop struct {
+	cfg Config
+	log *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	kick   chan struct{}
+
+	running map[string]*runner // by endpoint id; the loop goroutine's own
+}
+
+// New returns a Loop over cfg; it does nothing until Start.
+func New(cfg Config) *Loop {
+	if cfg.Client == nil {
+		cfg.Client = NewClient(ClientOptions{})
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = DefaultMinBackoff
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = DefaultMaxBackoff
+	}
+	if cfg.DisableAfter <= 0 {
+		cfg.DisableAfter = DefaultDisableAfter
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Loop{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
+		kick: make(chan struct{}, 1), running: map[string]*runner{}}
+}
+
+// Start lists the endpoints at once and then every Interval, in the
+// background, and runs the deliveries of each enabled one.
+func (l *Loop) Start() {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		l.loop(l.ctx)
+	}()
+}
+
+// Kick makes the loop list the endpoints now (one was created or changed).
+func (l *Loop) Kick() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops every delivery, interrupting requests in flight, and waits.
+func (l *Loop) Close() error {
+	l.cancel()
+	l.wg.Wait()
+	return nil
+}
+
+func (l *Loop) loop(ctx context.Context) {
+	ticker := time.NewTicker(l.cfg.Interval)
+	defer ticker.Stop()
+	defer func() {
+		for _, r := range l.running {
+			r.stop()
+		}
+	}()
+	for {
+		if err := l.sync(ctx); err != nil && ctx.Err() == nil {
+			l.log.Error("webhooks: list endpoints", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-l.kick:
+		}
+	}
+}
+
+// sync starts a runner for each enabled endpoint without one, and stops
+// the runners of endpoints deleted, disabled or changed since they
+// started (a changed one starts again on its new record).
+func (l *Loop) sync(ctx context.Context) error {
+	recs, err := l.cfg.Store.Webhooks(ctx)
+	if err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(recs))
+	for _, rec := range recs {
+		ep, err := decode(rec)
+		if err != nil {
+			l.log.Error("webhooks: skip an endpoint", "err", err)
+			continue
+		}
+		seen[ep.ID] = true
+		r := l.running[ep.ID]
+		if r != nil && (!bytes.Equal(r.rec, rec) || r.done()) {
+			r.stop()
+			delete(l.running, ep.ID)
+			r = nil
+		}
+		if r == nil && ep.Enabled {
+			r, err := l.startRunner(ctx, ep, rec)
+			if err != nil {
+				l.log.Error("webhooks: start endpoint", "endpoint", ep.ID, "err", err)
+				continue
+			}
+			l.running[ep.ID] = r
+		}
+	}
+	for id, r := range l.running {
+		if !seen[id] {
+			r.stop()
+			delete(l.running, id)
+		}
+	}
+	for _, r := range l.running {
+		r.scan(ctx)
+	}
+	return nil
+}
+
+// runner delivers one endpoint's events: a worker per sandbox, sharing
+// the endpoint's bound on requests in flight.
+type runner struct {
+	l       *Loop
+	ep      Endpoint
+	rec     []byte // the record it started on
+	signer  *standardwebhooks.Webhook
+	sem     chan struct{}
+	cursors map[string]uint64 // as loaded at start
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	workers map[string]bool // sandboxes with a worker
+}
+
+func (l *Loop) startRunner(ctx context.Context, ep Endpoint, rec []byte) (*runner, error) {
+	signer, err := standardwebhooks.NewWebhook(ep.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("signing secret: %w", err)
+	}
+	cursors, err := l.cfg.Store.WebhookCursors(ctx, ep.ID)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	return &runner{l: l, ep: ep, rec: rec, signer: signer, sem: make(chan struct{}, l.cfg.Concurrency),
+		cursors: cursors, ctx: rctx, cancel: cancel, workers: map[string]bool{}}, nil
+}
+
+func (r *runner) stop() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+func (r *runner) done() bool { return r.ctx.Err() != nil }
+
+// scan starts a worker for each sandbox the endpoint receives events of
+// that has none yet.
+func (r *runner) scan(ctx context.Context) {
+	if r.ep.SandboxID != "" {
+		r.startWorker(r.ep.SandboxID)
+		return
+	}
+	after := ""
+	for {
+		list, more, err := r.l.cfg.Log.Sandboxes(ctx, after, 1000)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.l.log.Error("webhooks: list sandboxes", "endpoint", r.ep.ID, "err", err)
+			}
+			return
+		}
+		for _, sb := range list {
+			r.startWorker(sb.ID)
+		}
+		if !more || len(list) == 0 {
+			return
+		}
+		after = list[len(list)-1].ID
+	}
+}
+
+func (r *runner) startWorker(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.workers[id] || r.done() {
+		return
+	}
+	r.workers[id] = true
+	cursor, ok := r.cursors[id]
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.work(id, cursor, ok)
+		r.mu.Lock()
+		delete(r.workers, id)
+		r.mu.Unlock()
+	}()
+}
+
+// work delivers the events of sandbox id after cursor, in order, until
+// the runner stops or the sandbox is dropped. Without a stored cursor
+// (known false) it starts from the oldest retained event, and events
+// stamped before the endpoint was created are passed over.
+func (r *runner) work(id string, cursor uint64, known bool) {
+	ctx, l := r.ctx, r.l
+	log := l.log.With("endpoint", r.ep.ID, "sandbox", id)
+	since := r.ep.CreatedAt.Truncate(time.Millisecond) // events' ts have ms precision
+	failures := 0
+	for ctx.Err() == nil {
+		wake := l.cfg.Log.Wait(id) // before Read, so no commit between is missed
+		recs, err := l.cfg.Log.Read(ctx, id, cursor, readPage)
+		if err != nil {
+			var se *sandbox.Error
+			switch {
+			case ctx.Err() != nil:
+				return
+			case errors.As(err, &se) && se.Type == sandbox.ENotFound:
+				return // dropped; its cursor goes with the endpoint
+			case errors.As(err, &se) && se.Type == sandbox.ECursorPruned && se.Marks != nil:
+				log.Warn("webhooks: events pruned before they were delivered", "after", cursor, "pruned_through", se.Marks.PrunedThrough)
+				cursor = uint64(se.Marks.PrunedThrough)
+				r.saveCursor(id, cursor)
+				continue
+			}
+			failures++
+			log.Error("webhooks: read the log", "err", err)
+			if !sleep(ctx, backoff(l.cfg.MinBackoff, l.cfg.MaxBackoff, failures)) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		if len(recs) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-wake:
+			}
+			continue
+		}
+		passed := false // the cursor moved over events no one was sent
+		for _, rec := range recs {
+			deliver := r.ep.wants(id, rec.Type)
+			if deliver && !known {
+				ts, err := eventTime(rec)
+				deliver = err != nil || !ts.Before(since)
+			}
+			if !deliver {
+				cursor, passed = rec.ID, true
+				continue
+			}
+			if !r.deliver(id, rec) {
+				if passed {
+					r.saveCursor(id, cursor)
+				}
+				return
+			}
+			cursor, passed, known = rec.ID, false, true
+		}
+		if passed {
+			r.saveCursor(id, cursor)
+		}
+	}
+}
+
+// deliver posts rec until the receiver takes it, then moves the cursor
+// past it. It returns false when the runner stopped first, or disabled
+// the endpoint.
+func (r *runner) deliver(id string, rec sandbox.Record) bool {
+	ctx, l := r.ctx, r.l
+	body, err := Body(rec)
+	if err != nil {
+		// A record the store served is valid JSON; should one not be,
+		// holding every later event behind it helps no one.
+		l.log.Error("webhooks: skip an event", "endpoint", r.ep.ID, "sandbox", id, "event", rec.ID, "err", err)
+		return true
+	}
+	var first time.Time
+	for n := 1; ; n++ {
+		select {
+		case r.sem <- struct{}{}:
+		case <-ctx.Done():
+			return false
+		}
+		now := l.cfg.Now()
+		a := post(ctx, l.cfg.Client, &r.ep, r.signer, now, id, rec, body)
+		<-r.sem
+		if a.OK() {
+			r.saveCursor(id, rec.ID)
+		} else if ctx.Err() != nil {
+			return false
+		}
+		if first.IsZero() {
+			first = now
+		}
+		disable := !a.OK() && now.Sub(first) >= l.cfg.DisableAfter
+		delay := backoff(l.cfg.MinBackoff, l.cfg.MaxBackoff, n)
+		if !a.OK() && !disable {
+			a.Next = now.Add(delay)
+		}
+		if disable {
+			r.disable(fmt.Sprintf("event %d of sandbox %s failed for %s: %s", rec.ID, id, now.Sub(first).Round(time.Second), a.Err))
+		}
+		if l.cfg.OnAttempt != nil {
+			l.cfg.OnAttempt(a)
+		}
+		switch {
+		case a.OK():
+			return true
+		case disable:
+			return false
+		}
+		l.log.Warn("webhooks: delivery failed", "endpoint", r.ep.ID, "sandbox", id, "event", rec.ID,
+			"attempt", n, "status", a.Status, "err", a.Err, "retry_in", delay.Round(time.Millisecond))
+		if !sleep(ctx, delay) {
+			return false
+		}
+	}
+}
+
+// disable turns the endpoint off with reason and stops its runner; the
+// record is read again so a change made meanwhile is kept.
+func (r *runner) disable(reason string) {
+	l := r.l
+	l.log.Error("webhooks: endpoint disabled", "endpoint", r.ep.ID, "reason", reason)
+	r.cancel()
+	ctx := l.ctx
+	ep, err := Get(ctx, l.cfg.Store, r.ep.ID)
+	if err == nil && ep.Enabled {
+		ep.Enabled, ep.DisabledReason = false, reason
+		err = Put(ctx, l.cfg.Store, ep)
+	}
+	if err != nil && ctx.Err() == nil {
+		l.log.Error("webhooks: disable endpoint", "endpoint", r.ep.ID, "err", err)
+	}
+	l.Kick()
+}
+
+func (r *runner) saveCursor(id string, cursor uint64) {
+	// Not the runner's context: a cursor earned by a 2xx is kept even
+	// when the loop is closing.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.l.ctx), cursorTimeout)
+	defer cancel()
+	err := r.l.cfg.Store.SetWebhookCursor(ctx, r.ep.ID, id, cursor)
+	var se *sandbox.Error
+	if err != nil && !(errors.As(err, &se) && se.Type == sandbox.ENotFound) {
+		// The next start delivers again from the cursor kept: at least once.
+		r.l.log.Error("webhooks: save cursor", "endpoint", r.ep.ID, "sandbox", id, "err", err)
+	}
+}
+
+// backoff is the delay before attempt n+1 (n >= 1): lo doubled n-1
+// times, capped at hi, drawn uniformly from its upper half.
+func backoff(lo, hi time.Duration, n int) time.Duration {
+	d := lo
+	for i := 1; i < n && d < hi; i++ {
+		d *= 2
+	}
+	d = minDur(d, hi)
+	return d/2 + rand.N(d/2+1)
+}
+
+func minDur(a, b time.Duration) time.Duration {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+// sleep waits d; false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

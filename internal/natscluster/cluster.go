@@ -176,8 +176,10 @@ func Join(ctx context.Context, s *natsstore.Store, opts Options) (*Cluster, erro
 	if opts.Logger == nil {
 		opts.Logger = conn.Logger
 	}
-	ctx, cancel := opCtx(ctx, conn.Timeout)
-	defer cancel()
+	// The buckets are opened as the store opens its stream: each ask
+	// bounded by the store's timeout, asked again while a cluster that has
+	// just formed is not ready, up to its start timeout; the rest of the
+	// join by the timeout alone.
 	nodes, err := nodeBucket(ctx, s, opts)
 	if err != nil {
 		return nil, err
@@ -192,6 +194,8 @@ func Join(ctx context.Context, s *natsstore.Store, opts Options) (*Cluster, erro
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := opCtx(ctx, conn.Timeout)
+	defer cancel()
 	st, err := nodes.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read key-value bucket %s: %w", opts.NodeBucket, err)

@@ -14,8 +14,8 @@ import (
 // attachFlags are prompt's flags for the blocks of a turn besides its text.
 func attachFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringSliceFlag{Name: "image", Usage: "send this local image (png, jpeg, gif or webp) with the prompt (repeatable)"},
-		&cli.StringSliceFlag{Name: "file", Usage: "send this file of the sandbox's workspace, a path relative to it, with the prompt (repeatable)"},
+		&cli.StringSliceFlag{Name: "image", EnvVars: []string{"SPARKLES_PROMPT_IMAGE"}, Usage: "send this local image (png, jpeg, gif or webp) with the prompt (repeatable)"},
+		&cli.StringSliceFlag{Name: "file", EnvVars: []string{"SPARKLES_PROMPT_FILE"}, Usage: "send this file of the sandbox's workspace, a path relative to it, with the prompt (repeatable)"},
 	}
 }
 

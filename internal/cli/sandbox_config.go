@@ -17,8 +17,8 @@ func newSandboxConfigCommand() *cli.Command {
 		Usage:     "show a sandbox's agent mode and model and the choices it offers; with --mode or --model, switch them between turns",
 		ArgsUsage: "ID",
 		Flags: clientFlags(
-			&cli.StringFlag{Name: "mode", Usage: "switch the agent to this mode (one of the modes it offers)"},
-			&cli.StringFlag{Name: "model", Usage: "switch the agent to this model (one of the models it offers)"},
+			&cli.StringFlag{Name: "mode", EnvVars: []string{"SPARKLES_SANDBOX_MODE"}, Usage: "switch the agent to this mode (one of the modes it offers)"},
+			&cli.StringFlag{Name: "model", EnvVars: []string{"SPARKLES_SANDBOX_MODEL"}, Usage: "switch the agent to this model (one of the models it offers)"},
 			jsonFlag(),
 		),
 		Action: func(c *cli.Context) error {

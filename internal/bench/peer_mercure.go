@@ -328,19 +328,7 @@ func (sub *mercureSub) run() {
 
 // waitCount waits until the subscriber has read n updates.
 func (sub *mercureSub) waitCount(ctx context.Context, n int64) error {
-	for sub.count.Load() < n {
-		select {
-		case <-sub.signal:
-		case <-sub.done:
-			if sub.count.Load() >= n {
-				return nil
-			}
-			return fmt.Errorf("stream ended after %d updates, want %d: %v", sub.count.Load(), n, sub.err)
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for update %d (have %d): %w", n, sub.count.Load(), ctx.Err())
-		}
-	}
-	return nil
+	return waitRead(ctx, &sub.count, sub.signal, sub.done, func() error { return sub.err }, n, "updates")
 }
 
 // closeMercure closes every subscriber and merges their histograms.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -152,16 +153,23 @@ func measureTurnCost(ctx context.Context, r *runner, early, late, window int64) 
 
 // waitEvents waits until sub has read n events.
 func waitEvents(ctx context.Context, sub *subscriber, n int64) error {
-	for sub.count.Load() < n {
+	return waitRead(ctx, &sub.count, sub.signal, sub.done, func() error { return sub.err }, n, "events")
+}
+
+// waitRead waits until a reader of a stream, Sparkles' or Mercure's, has
+// read n items (count, poked on signal), or says why its stream ended
+// (done closed, err set before) first.
+func waitRead(ctx context.Context, count *atomic.Int64, signal, done <-chan struct{}, err func() error, n int64, what string) error {
+	for count.Load() < n {
 		select {
-		case <-sub.signal:
-		case <-sub.done:
-			if sub.count.Load() >= n {
+		case <-signal:
+		case <-done:
+			if count.Load() >= n {
 				return nil
 			}
-			return fmt.Errorf("stream ended after %d events, want %d: %v", sub.count.Load(), n, sub.err)
+			return fmt.Errorf("stream ended after %d %s, want %d: %v", count.Load(), what, n, err())
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for event %d (have %d): %w", n, sub.count.Load(), ctx.Err())
+			return fmt.Errorf("waiting for %s %d (have %d): %w", what, n, count.Load(), ctx.Err())
 		}
 	}
 	return nil

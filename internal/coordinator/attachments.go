@@ -48,49 +48,59 @@ func (c *Coordinator) StartTurnInput(ctx context.Context, id string, input []san
 // checkBlocks checks what it can of blocks without the workspace or the
 // agent: their types, media types, base64 and sizes.
 func (c *Coordinator) checkBlocks(in []sandbox.InputBlock) error {
+	_, err := c.blockSizes(in)
+	return err
+}
+
+// blockSizes checks a turn's blocks (checkBlocks) and returns the decoded
+// size of each image, 0 for the other blocks.
+func (c *Coordinator) blockSizes(in []sandbox.InputBlock) ([]int64, error) {
 	if len(in) == 0 {
-		return sandbox.Errorf(sandbox.EInvalidRequest, `"input" must be a non-empty string or a non-empty list of blocks`)
+		return nil, sandbox.Errorf(sandbox.EInvalidRequest, `"input" must be a non-empty string or a non-empty list of blocks`)
 	}
 	if len(in) > maxInputBlocks {
-		return sandbox.Errorf(sandbox.EInvalidRequest, `"input" has %d blocks; at most %d are taken`, len(in), maxInputBlocks)
+		return nil, sandbox.Errorf(sandbox.EInvalidRequest, `"input" has %d blocks; at most %d are taken`, len(in), maxInputBlocks)
 	}
+	sizes := make([]int64, len(in))
 	for i, b := range in {
 		switch b.Type {
 		case "text":
 			if strings.TrimSpace(b.Text) == "" {
-				return sandbox.Errorf(sandbox.EInvalidRequest, `input[%d]: a text block needs a non-empty "text"`, i)
+				return nil, sandbox.Errorf(sandbox.EInvalidRequest, `input[%d]: a text block needs a non-empty "text"`, i)
 			}
 		case "image":
 			if !imageTypes[b.MediaType] {
-				return sandbox.Errorf(sandbox.EInvalidRequest, `input[%d]: "media_type" %q is not one of image/png, image/jpeg, image/gif, image/webp`, i, b.MediaType)
+				return nil, sandbox.Errorf(sandbox.EInvalidRequest, `input[%d]: "media_type" %q is not one of image/png, image/jpeg, image/gif, image/webp`, i, b.MediaType)
 			}
 			if max := c.imageMax(); int64(base64.StdEncoding.DecodedLen(len(b.Data))) > max+2 {
-				return sandbox.Errorf(sandbox.EPayloadTooLarge, "input[%d]: the image is larger than %d bytes (--turn-image-max-size)", i, max)
+				return nil, sandbox.Errorf(sandbox.EPayloadTooLarge, "input[%d]: the image is larger than %d bytes (--turn-image-max-size)", i, max)
 			}
 			n, err := decodedLen(b.Data)
 			if err != nil {
-				return sandbox.Errorf(sandbox.EInvalidRequest, `input[%d]: "data" is not standard base64: %v`, i, err)
+				return nil, sandbox.Errorf(sandbox.EInvalidRequest, `input[%d]: "data" is not standard base64: %v`, i, err)
 			}
 			if n == 0 {
-				return sandbox.Errorf(sandbox.EInvalidRequest, `input[%d]: an image block needs its "data"`, i)
+				return nil, sandbox.Errorf(sandbox.EInvalidRequest, `input[%d]: an image block needs its "data"`, i)
 			}
 			if max := c.imageMax(); n > max {
-				return sandbox.Errorf(sandbox.EPayloadTooLarge, "input[%d]: the image is %d bytes, more than the %d of --turn-image-max-size", i, n, max)
+				return nil, sandbox.Errorf(sandbox.EPayloadTooLarge, "input[%d]: the image is %d bytes, more than the %d of --turn-image-max-size", i, n, max)
 			}
+			sizes[i] = n
 		case "file":
 			if b.Path == "" {
-				return sandbox.Errorf(sandbox.EInvalidRequest, `input[%d]: a file block needs a "path" in the workspace`, i)
+				return nil, sandbox.Errorf(sandbox.EInvalidRequest, `input[%d]: a file block needs a "path" in the workspace`, i)
 			}
 		default:
-			return sandbox.Errorf(sandbox.EInvalidRequest, `input[%d]: "type" must be "text", "image" or "file", not %q`, i, b.Type)
+			return nil, sandbox.Errorf(sandbox.EInvalidRequest, `input[%d]: "type" must be "text", "image" or "file", not %q`, i, b.Type)
 		}
 	}
-	return nil
+	return sizes, nil
 }
 
+// decodedLen checks that data is standard base64 and returns the size it
+// decodes to, without holding the decoded bytes (an image may be MiBs).
 func decodedLen(data string) (int64, error) {
-	raw, err := base64.StdEncoding.DecodeString(data)
-	return int64(len(raw)), err
+	return io.Copy(io.Discard, base64.NewDecoder(base64.StdEncoding, strings.NewReader(data)))
 }
 
 // attach turns a turn's input into the prompt the agent gets and the
@@ -105,7 +115,8 @@ func (b *box) attach(text string, blocks []sandbox.InputBlock) ([]agent.Block, [
 	if blocks == nil {
 		return nil, sandbox.TextInput(text), nil
 	}
-	if err := b.c.checkBlocks(blocks); err != nil {
+	sizes, err := b.c.blockSizes(blocks)
+	if err != nil {
 		return nil, nil, err
 	}
 	prompt := make([]agent.Block, 0, len(blocks))
@@ -122,9 +133,8 @@ func (b *box) attach(text string, blocks []sandbox.InputBlock) ([]agent.Block, [
 			prompt = append(prompt, agent.Block{Type: "text", Text: x.Text})
 			input = append(input, sandbox.Input{Type: "text", Text: x.Text})
 		case "image":
-			n, _ := decodedLen(x.Data)
 			prompt = append(prompt, agent.Block{Type: "image", MimeType: x.MediaType, Data: x.Data})
-			input = append(input, sandbox.Input{Type: "image", MediaType: x.MediaType, Bytes: n})
+			input = append(input, sandbox.Input{Type: "image", MediaType: x.MediaType, Bytes: sizes[i]})
 		case "file":
 			if ws == nil {
 				if b.c.cfg.DataDir == "" {

@@ -192,11 +192,8 @@ func (t *Translator) writeOutput(o *toolOutput, data string) bool {
 		return true
 	}
 	s := string(o.buf)
-	cut := len(s) - sandbox.MaxToolOutputBytes + outputSlack
-	for cut < len(s) && !utf8.RuneStart(s[cut]) {
-		cut++
-	}
-	head, rest := "", s[cut:]
+	head, rest := "", tail(s, sandbox.MaxToolOutputBytes-outputSlack)
+	cut := len(s) - len(rest)
 	for _, g := range t.red.regions(s) {
 		if g.a >= cut {
 			break

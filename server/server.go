@@ -101,6 +101,8 @@ type Config struct {
 	MaxConnections                int
 	MaxUnauthenticatedConnections int
 	UnauthenticatedIdleTimeout    time.Duration
+	// Webhooks, when set, serves /v1/webhooks (webhooks.go).
+	Webhooks Webhooks
 	// LogRequests logs each answered request at INFO; without it they are
 	// logged at DEBUG, and those answered 5xx at WARN either way.
 	LogRequests bool
@@ -237,6 +239,7 @@ func (s *Server) newRouter() *httprouter.Router {
 		{http.MethodGet, "/v1/agents/:name/check", accessFull, s.checkAgent},
 		{http.MethodGet, "/v1/openapi.json", accessFull, s.openAPI},
 	}
+	s.routes = append(s.routes, s.webhookRoutes()...)
 	if s.cfg.Metrics != nil {
 		s.routes = append(s.routes, route{http.MethodGet, "/metrics", accessFull, s.metrics})
 	}

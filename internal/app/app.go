@@ -32,6 +32,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/registry"
+	"github.com/sparkles-dev/sparkles/internal/webhook"
 	"github.com/sparkles-dev/sparkles/internal/workspace"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -138,6 +139,10 @@ type Main struct {
 	NoRetention bool
 	// NoConsole serves the API without the web console at /.
 	NoConsole bool
+	// WebhookAllowPrivate lets webhook endpoints be loopback, link-local
+	// or private addresses (local development and tests; see
+	// docs/webhooks.md).
+	WebhookAllowPrivate bool
 	// Observer, when set, is told what the metrics are told, beside them.
 	Observer Observer
 
@@ -145,6 +150,7 @@ type Main struct {
 	Store       Store                // opened by Run unless set before it (a wrapped store in tests); Close closes it
 	Cluster     *natscluster.Cluster // with a NATS store only
 	Retainer    *retention.Loop
+	Webhooks    *webhook.Loop // nil when the store keeps no webhooks
 	Coordinator *coordinator.Coordinator
 	Server      *server.Server
 	Listener    net.Listener
@@ -283,6 +289,11 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("recovering sandboxes from %s: %w", where, err)
 	}
 	m.Retainer = retainer
+	m.Webhooks = m.newWebhooks(st, co)
+	var webhooks server.Webhooks
+	if m.Webhooks != nil {
+		webhooks = m.Webhooks
+	}
 	var console http.Handler
 	if !m.NoConsole {
 		console = web.Handler()
@@ -299,6 +310,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Ready:       m.ready,
 		Isolation:   m.isolation,
 		Static:      console,
+		Webhooks:    webhooks,
 
 		MaxConnections:                m.MaxConnections,
 		MaxUnauthenticatedConnections: m.MaxUnauthenticatedConnections,
@@ -319,6 +331,9 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	if m.Retainer != nil {
 		m.Retainer.Start()
+	}
+	if m.Webhooks != nil {
+		m.Webhooks.Start()
 	}
 	m.advertise(ctx, l.Addr())
 	if tokenPath != "" {
@@ -498,6 +513,9 @@ func (m *Main) Close() error {
 	}
 	if m.Coordinator != nil {
 		errs = append(errs, m.Coordinator.Close())
+	}
+	if m.Webhooks != nil {
+		errs = append(errs, m.Webhooks.Close())
 	}
 	if m.Cluster != nil {
 		errs = append(errs, m.Cluster.Close())
@@ -702,3 +720,38 @@ type NopObserver struct {
 func (NopObserver) StreamOpened(bool) {}
 func (NopObserver) StreamClosed()     {}
 func (NopObserver) Delivered(int)     {}
+
+// newWebhooks makes the webhook loop over the store, when it keeps
+// endpoints. On a store shared by several coordinators each delivers the
+// sandboxes whose leases it holds (and claims those nobody holds that
+// have events to deliver), so a takeover moves the deliveries with the
+// sandbox and they resume from the durable cursors.
+func (m *Main) newWebhooks(st Store, co *coordinator.Coordinator) *webhook.Loop {
+	ws, ok := st.(webhook.Store)
+	if !ok {
+		return nil
+	}
+	cfg := webhook.Config{Store: ws, Log: st, Logger: m.Logger, Observer: m.Metrics, AllowPrivate: m.WebhookAllowPrivate}
+	if m.Cluster != nil {
+		cl := m.Cluster
+		cfg.Holds = cl.Holds
+		cfg.Claim = func(ctx context.Context, id string) (bool, error) {
+			_, here, err := co.Holder(ctx, id)
+			return here && err == nil, err
+		}
+	}
+	l := webhook.New(cfg)
+	m.Metrics.SetWebhookBacklog(func() []metrics.WebhookBacklog {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		gs := l.Gauges(ctx)
+		out := make([]metrics.WebhookBacklog, len(gs))
+		for i, g := range gs {
+			out[i] = metrics.WebhookBacklog{Endpoint: g.Endpoint, Lag: g.Lag, Oldest: g.Oldest}
+		}
+		return out
+	})
+	return l
+}
+
+var _ server.Webhooks = (*webhook.Loop)(nil)

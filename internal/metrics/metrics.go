@@ -34,6 +34,11 @@ type Metrics struct {
 	AppendFailures  prometheus.Counter
 	AppendRetries   prometheus.Counter
 	Waiting         prometheus.Gauge
+	// WebhookAttempts counts deliveries' attempts by endpoint and result
+	// (ok, failed); the backlog gauges are read at each scrape from the
+	// function SetWebhookBacklog gives.
+	WebhookAttempts *prometheus.CounterVec
+	webhookBacklog  webhookCollector
 }
 
 // New returns the series registered on a fresh registry, with the Go runtime
@@ -86,6 +91,11 @@ func New() *Metrics {
 	// A server starts with a store it has just opened; the first refusal
 	// says otherwise.
 	m.StoreHealth.Set(1)
+	m.WebhookAttempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sparkles_webhook_deliveries_total", Help: "Attempts to deliver an event to a webhook endpoint, by endpoint and result (ok, failed)."},
+		[]string{"endpoint", "result"})
+	f(m.WebhookAttempts)
+	f(&m.webhookBacklog)
 	f(m.Appends)
 	f(m.CommitBatch)
 	f(m.CommitTime)

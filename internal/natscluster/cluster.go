@@ -401,6 +401,18 @@ func (c *Cluster) leasesHold() bool {
 	return ok
 }
 
+// Holds reports, from memory, whether this node holds the lease of
+// sandbox id now: its leases hold and it claimed that one.
+func (c *Cluster) Holds(id string) bool {
+	if _, ok := c.held(); !ok {
+		return false
+	}
+	c.mu.Lock()
+	_, mine := c.owned[id]
+	c.mu.Unlock()
+	return mine && c.fences.Holding(id)
+}
+
 // errLapsed is a claim while this node's leases have lapsed: it could not
 // renew them, NATS being unreachable (or the process paused), and holds
 // no sandbox until it registers again.

@@ -27,6 +27,8 @@ type Attempt struct {
 	Endpoint  string
 	SandboxID string
 	EventID   uint64
+	Type      sandbox.Type
+	N         int    // 1 for the first attempt of the event
 	WebhookID string // the webhook-id header: the same for every attempt of the event
 	At        time.Time
 	Status    int // the response's status code, 0 when there was none
@@ -38,6 +40,18 @@ type Attempt struct {
 
 // OK reports whether the receiver took the event.
 func (a Attempt) OK() bool { return a.Err == "" }
+
+// Delivery is the attempt as the API answers it.
+func (a Attempt) Delivery() sandbox.WebhookDelivery {
+	d := sandbox.WebhookDelivery{Object: "webhook_delivery", ID: a.WebhookID, SandboxID: a.SandboxID,
+		EventID: sandbox.Seq(a.EventID), Type: a.Type, Attempt: a.N, At: a.At.UTC(), StatusCode: a.Status,
+		DurationMS: a.Duration.Milliseconds(), Error: a.Err, Response: a.Excerpt}
+	if !a.Next.IsZero() {
+		next := a.Next.UTC()
+		d.NextAttemptAt = &next
+	}
+	return d
+}
 
 // WebhookID is the webhook-id of an event for an endpoint: stable across
 // attempts and restarts, so receivers deduplicate on it.
@@ -96,7 +110,7 @@ func eventTime(rec sandbox.Record) (time.Time, error) {
 
 // post makes one attempt to deliver body, the event rec of sandboxID, to ep.
 func post(ctx context.Context, client *http.Client, ep *Endpoint, signer *standardwebhooks.Webhook, now time.Time, sandboxID string, rec sandbox.Record, body []byte) Attempt {
-	a := Attempt{Endpoint: ep.ID, SandboxID: sandboxID, EventID: rec.ID, WebhookID: WebhookID(ep.ID, sandboxID, rec.ID), At: now}
+	a := Attempt{Endpoint: ep.ID, SandboxID: sandboxID, EventID: rec.ID, Type: rec.Type, WebhookID: WebhookID(ep.ID, sandboxID, rec.ID), At: now}
 	sig, err := signer.Sign(a.WebhookID, now, body)
 	if err != nil {
 		a.Err = "sign: " + err.Error()

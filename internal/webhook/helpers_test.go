@@ -22,6 +22,8 @@ import (
 // delivery is one request a receiver took, its signature verified.
 type delivery struct {
 	WebhookID string
+	Timestamp string // the webhook-timestamp header
+	Signature string // the webhook-signature header
 	Status    int // what the receiver answered
 	Body      struct {
 		Type      sandbox.Type    `json:"type"`
@@ -73,7 +75,10 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		r.tb.Errorf("receiver: read body: %v", err)
 		return
 	}
-	wh, err := standardwebhooks.NewWebhook(r.secret)
+	r.mu.Lock()
+	secret := r.secret
+	r.mu.Unlock()
+	wh, err := standardwebhooks.NewWebhook(secret)
 	if err != nil {
 		r.tb.Errorf("receiver: secret: %v", err)
 		return
@@ -87,7 +92,8 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusUnauthorized)
 		return
 	}
-	d := delivery{WebhookID: req.Header.Get("webhook-id"), Raw: body}
+	d := delivery{WebhookID: req.Header.Get("webhook-id"), Timestamp: req.Header.Get("webhook-timestamp"),
+		Signature: req.Header.Get("webhook-signature"), Raw: body}
 	if err := json.Unmarshal(body, &d.Body); err != nil {
 		r.tb.Errorf("receiver: decode %s: %v", body, err)
 	}
@@ -201,7 +207,7 @@ func newEndpoint(tb testing.TB, st webhook.Store, url string, events ...sandbox.
 // backoffs so retries come soon.
 func startLoop(tb testing.TB, st *boltstore.Store, cfg webhook.Config) *webhook.Loop {
 	tb.Helper()
-	cfg.Store, cfg.Log = st, st
+	cfg.Store, cfg.Log, cfg.AllowPrivate = st, st, true
 	if cfg.Client == nil {
 		cfg.Client = webhook.NewClient(webhook.ClientOptions{AllowPrivate: true})
 	}

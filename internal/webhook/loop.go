@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -49,6 +50,26 @@ type Config struct {
 	Interval time.Duration
 	// OnAttempt, when set, is told of every attempt.
 	OnAttempt func(Attempt)
+	// Observer, when set, is told of every attempt too (metrics).
+	Observer Observer
+
+	// AllowPrivate lets endpoints name loopback, link-local and private
+	// addresses (local development and tests): the registration check
+	// and, when Client is nil, the delivery client's.
+	AllowPrivate bool
+	// Resolver resolves an endpoint's host at registration; nil is
+	// net.DefaultResolver.
+	Resolver *net.Resolver
+
+	// Holds and Claim, set on a store that several coordinators share,
+	// say which sandboxes this node delivers: those whose lease it holds
+	// (Holds, from memory). A sandbox held by no live node with events
+	// beyond an endpoint's cursor is claimed (Claim, which answers
+	// whether this node holds it after the attempt), so its events are
+	// delivered even when nobody calls it. Nil: this node delivers every
+	// sandbox.
+	Holds func(sandboxID string) bool
+	Claim func(ctx context.Context, sandboxID string) (bool, error)
 }
 
 // Loop delivers every enabled endpoint's events. Start runs it until Close.
@@ -62,12 +83,18 @@ type Loop struct {
 	kick   chan struct{}
 
 	running map[string]*runner // by endpoint id; the loop goroutine's own
+
+	mu    sync.Mutex
+	stats map[string]*epStats // by endpoint id: kept across its runners
 }
 
 // New returns a Loop over cfg; it does nothing until Start.
 func New(cfg Config) *Loop {
 	if cfg.Client == nil {
-		cfg.Client = NewClient(ClientOptions{})
+		cfg.Client = NewClient(ClientOptions{AllowPrivate: cfg.AllowPrivate})
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -92,7 +119,7 @@ func New(cfg Config) *Loop {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Loop{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
-		kick: make(chan struct{}, 1), running: map[string]*runner{}}
+		kick: make(chan struct{}, 1), running: map[string]*runner{}, stats: map[string]*epStats{}}
 }
 
 // Start lists the endpoints at once and then every Interval, in the
@@ -161,6 +188,7 @@ func (l *Loop) sync(ctx context.Context) error {
 		if r != nil && (!bytes.Equal(r.rec, rec) || r.done()) {
 			r.stop()
 			delete(l.running, ep.ID)
+			l.setRunner(ep.ID, nil)
 			r = nil
 		}
 		if r == nil && ep.Enabled {
@@ -170,6 +198,7 @@ func (l *Loop) sync(ctx context.Context) error {
 				continue
 			}
 			l.running[ep.ID] = r
+			l.setRunner(ep.ID, r)
 		}
 	}
 	for id, r := range l.running {
@@ -178,6 +207,13 @@ func (l *Loop) sync(ctx context.Context) error {
 			delete(l.running, id)
 		}
 	}
+	l.mu.Lock()
+	for id := range l.stats {
+		if !seen[id] {
+			delete(l.stats, id)
+		}
+	}
+	l.mu.Unlock()
 	for _, r := range l.running {
 		r.scan(ctx)
 	}
@@ -192,14 +228,15 @@ type runner struct {
 	rec     []byte // the record it started on
 	signer  *standardwebhooks.Webhook
 	sem     chan struct{}
-	cursors map[string]uint64 // as loaded at start
+	cursors map[string]uint64 // loaded at start, then as saved; under mu
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	workers map[string]bool // sandboxes with a worker
+	workers map[string]bool      // sandboxes with a worker
+	claimed map[string]time.Time // when a sandbox held elsewhere was last tried
 }
 
 func (l *Loop) startRunner(ctx context.Context, ep Endpoint, rec []byte) (*runner, error) {
@@ -213,7 +250,7 @@ func (l *Loop) startRunner(ctx context.Context, ep Endpoint, rec []byte) (*runne
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	return &runner{l: l, ep: ep, rec: rec, signer: signer, sem: make(chan struct{}, l.cfg.Concurrency),
-		cursors: cursors, ctx: rctx, cancel: cancel, workers: map[string]bool{}}, nil
+		cursors: cursors, ctx: rctx, cancel: cancel, workers: map[string]bool{}, claimed: map[string]time.Time{}}, nil
 }
 
 func (r *runner) stop() {
@@ -227,7 +264,7 @@ func (r *runner) done() bool { return r.ctx.Err() != nil }
 // that has none yet.
 func (r *runner) scan(ctx context.Context) {
 	if r.ep.SandboxID != "" {
-		r.startWorker(r.ep.SandboxID)
+		r.consider(ctx, r.ep.SandboxID)
 		return
 	}
 	after := ""
@@ -240,13 +277,77 @@ func (r *runner) scan(ctx context.Context) {
 			return
 		}
 		for _, sb := range list {
-			r.startWorker(sb.ID)
+			r.consider(ctx, sb.ID)
 		}
 		if !more || len(list) == 0 {
 			return
 		}
 		after = list[len(list)-1].ID
 	}
+}
+
+// claimEvery is how often a sandbox that another node may deliver is
+// claimed again when it has events beyond the endpoint's cursor.
+const claimEvery = 10 * time.Second
+
+// consider starts a worker for sandbox id if this node delivers its
+// events: always on a store of its own; on a shared one, when it holds
+// the sandbox's lease, or takes it because the sandbox has undelivered
+// events and no live node holds it.
+func (r *runner) consider(ctx context.Context, id string) {
+	l := r.l
+	if l.cfg.Holds == nil || l.cfg.Holds(id) {
+		r.startWorker(id)
+		return
+	}
+	if l.cfg.Claim == nil {
+		return
+	}
+	head, err := l.cfg.Log.Head(id)
+	r.mu.Lock()
+	cursor := r.cursors[id]
+	last, tried := r.claimed[id]
+	due := err == nil && head.LastEventID > cursor && (!tried || l.cfg.Now().Sub(last) >= claimEvery)
+	if due {
+		r.claimed[id] = l.cfg.Now()
+	}
+	r.mu.Unlock()
+	if !due {
+		return
+	}
+	here, err := l.cfg.Claim(ctx, id)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.log.Warn("webhooks: claim a sandbox to deliver its events", "endpoint", r.ep.ID, "sandbox", id, "err", err)
+		}
+		return
+	}
+	if here {
+		r.startWorker(id)
+	}
+}
+
+// holds reports whether this node still delivers sandbox id.
+func (r *runner) holds(id string) bool {
+	return r.l.cfg.Holds == nil || r.l.cfg.Holds(id)
+}
+
+// lag counts the events beyond the endpoint's cursors of the sandboxes
+// this runner has workers for.
+func (r *runner) lag() uint64 {
+	r.mu.Lock()
+	cursors := make(map[string]uint64, len(r.workers))
+	for id := range r.workers {
+		cursors[id] = r.cursors[id]
+	}
+	r.mu.Unlock()
+	var n uint64
+	for id, c := range cursors {
+		if h, err := r.l.cfg.Log.Head(id); err == nil && h.LastEventID > c {
+			n += h.LastEventID - c
+		}
+	}
+	return n
 }
 
 func (r *runner) startWorker(id string) {
@@ -276,7 +377,7 @@ func (r *runner) work(id string, cursor uint64, known bool) {
 	log := l.log.With("endpoint", r.ep.ID, "sandbox", id)
 	since := r.ep.CreatedAt.Truncate(time.Millisecond) // events' ts have ms precision
 	failures := 0
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && r.holds(id) {
 		wake := l.cfg.Log.Wait(id) // before Read, so no commit between is missed
 		recs, err := l.cfg.Log.Read(ctx, id, cursor, readPage)
 		if err != nil {
@@ -345,6 +446,8 @@ func (r *runner) deliver(id string, rec sandbox.Record) bool {
 		l.log.Error("webhooks: skip an event", "endpoint", r.ep.ID, "sandbox", id, "event", rec.ID, "err", err)
 		return true
 	}
+	wakeUp := l.begin(r.ep.ID, id, rec)
+	defer l.end(r.ep.ID, id)
 	var first time.Time
 	for n := 1; ; n++ {
 		select {
@@ -354,6 +457,7 @@ func (r *runner) deliver(id string, rec sandbox.Record) bool {
 		}
 		now := l.cfg.Now()
 		a := post(ctx, l.cfg.Client, &r.ep, r.signer, now, id, rec, body)
+		a.N = n
 		<-r.sem
 		if a.OK() {
 			r.saveCursor(id, rec.ID)
@@ -371,9 +475,7 @@ func (r *runner) deliver(id string, rec sandbox.Record) bool {
 		if disable {
 			r.disable(fmt.Sprintf("event %d of sandbox %s failed for %s: %s", rec.ID, id, now.Sub(first).Round(time.Second), a.Err))
 		}
-		if l.cfg.OnAttempt != nil {
-			l.cfg.OnAttempt(a)
-		}
+		l.record(a)
 		switch {
 		case a.OK():
 			return true
@@ -382,7 +484,7 @@ func (r *runner) deliver(id string, rec sandbox.Record) bool {
 		}
 		l.log.Warn("webhooks: delivery failed", "endpoint", r.ep.ID, "sandbox", id, "event", rec.ID,
 			"attempt", n, "status", a.Status, "err", a.Err, "retry_in", delay.Round(time.Millisecond))
-		if !sleep(ctx, delay) {
+		if !sleepOrWake(ctx, delay, wakeUp) {
 			return false
 		}
 	}
@@ -407,6 +509,9 @@ func (r *runner) disable(reason string) {
 }
 
 func (r *runner) saveCursor(id string, cursor uint64) {
+	r.mu.Lock()
+	r.cursors[id] = max(r.cursors[id], cursor)
+	r.mu.Unlock()
 	// Not the runner's context: a cursor earned by a 2xx is kept even
 	// when the loop is closing.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.l.ctx), cursorTimeout)
@@ -435,6 +540,20 @@ func minDur(a, b time.Duration) time.Duration {
 		return a
 	}
 	return b
+}
+
+// sleepOrWake waits d or until wake; false when ctx ended first.
+func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	case <-wake:
+		return true
+	}
 }
 
 // sleep waits d; false when ctx ended first.

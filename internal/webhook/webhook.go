@@ -35,7 +35,7 @@ type Endpoint struct {
 }
 
 // DefaultEvents are the types an endpoint receives when it names none.
-var DefaultEvents = []sandbox.Type{sandbox.TypeTurnCompleted, sandbox.TypeApprovalRequested, sandbox.TypeSandboxError}
+var DefaultEvents = sandbox.DefaultWebhookEvents
 
 // wants reports whether the endpoint receives events of type t from
 // sandbox sandboxID.
@@ -79,7 +79,9 @@ type Store interface {
 
 // Log is what deliveries read of the event store (sandbox.Store).
 type Log interface {
+	Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
 	Sandboxes(ctx context.Context, after string, limit int) ([]sandbox.Sandbox, bool, error)
+	Head(id string) (sandbox.Head, error)
 	Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error)
 	Wait(id string) <-chan struct{}
 }

@@ -69,7 +69,9 @@
 // secret, which no answer carries. A cursor moves after every delivery a
 // receiver took, so its writes go through the committer like any other
 // and share the commits of the appends beside them rather than adding a
-// sync each. A cursor is not set for an endpoint deleted since, so a
+// sync each. A cursor never moves back: a write of a smaller value (a late
+// delivery from a node that lost the sandbox) leaves the larger one. A
+// cursor is not set for an endpoint deleted since, so a
 // delivery racing a delete does not bring the endpoint back; deleting an
 // endpoint removes its cursors with it. The cursors of a dropped sandbox
 // stay until their endpoint goes: a few bytes each.

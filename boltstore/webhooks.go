@@ -29,6 +29,9 @@ func (s *Store) PutWebhook(ctx context.Context, id string, endpoint []byte) erro
 	if id == "" {
 		return webhookNotFound(id)
 	}
+	if len(endpoint) == 0 {
+		return sandbox.Errorf(sandbox.EInvalidRequest, "webhook %s: an empty record", id)
+	}
 	return s.submit(ctx, &webhookWrite{id: id, put: bytes.Clone(endpoint)})
 }
 
@@ -41,8 +44,9 @@ func (s *Store) DeleteWebhook(ctx context.Context, id string) error {
 }
 
 // SetWebhookCursor records that endpoint id is done with the log of
-// sandboxID through event after. An endpoint deleted since is not_found,
-// so a delivery racing a delete does not bring the endpoint back.
+// sandboxID through event after; a cursor already further stays. An
+// endpoint deleted since is not_found, so a delivery racing a delete does
+// not bring the endpoint back.
 func (s *Store) SetWebhookCursor(ctx context.Context, id, sandboxID string, after uint64) error {
 	if id == "" || sandboxID == "" {
 		return webhookNotFound(id)
@@ -152,6 +156,11 @@ func (w *webhookWrite) apply(t *txn) (reqErr, txErr error) {
 		c, err := b.CreateBucketIfNotExists(bucketWHCursors)
 		if err != nil {
 			return nil, err
+		}
+		// A cursor never moves back: a late write (from a delivery that
+		// lost its sandbox, or two crossing) leaves the larger value.
+		if v := c.Get([]byte(w.sandbox)); len(v) == 8 && binary.BigEndian.Uint64(v) >= w.cursor {
+			return nil, nil
 		}
 		if err := c.Put([]byte(w.sandbox), binary.BigEndian.AppendUint64(nil, w.cursor)); err != nil {
 			return nil, err

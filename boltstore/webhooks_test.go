@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/sparkles-dev/sparkles/internal/storetest"
+	"github.com/sparkles-dev/sparkles/internal/webhook"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -90,6 +92,23 @@ func TestWebhooks(t *testing.T) {
 		list, err := s.Webhooks(ctx)
 		if err != nil || len(list) != 0 {
 			t.Errorf("Webhooks = %q, %v; want none", list, err)
+		}
+	})
+}
+
+// TestWebhookConformance runs the stores' shared webhook behaviours on a
+// fresh file per test; reopening closes the file and opens it again.
+func TestWebhookConformance(t *testing.T) {
+	var _ webhook.Store = (*Store)(nil)
+	storetest.Webhooks(t, func(t *testing.T) (storetest.WebhookStore, func() storetest.WebhookStore) {
+		path := filepath.Join(t.TempDir(), "sparkles.db")
+		cur := MustOpenStoreAt(t, path, Options{})
+		return cur, func() storetest.WebhookStore {
+			if err := cur.Close(); err != nil {
+				t.Fatal(err)
+			}
+			cur = MustOpenStoreAt(t, path, Options{})
+			return cur
 		}
 	})
 }

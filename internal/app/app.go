@@ -143,6 +143,10 @@ type Main struct {
 	// or private addresses (local development and tests; see
 	// docs/webhooks.md).
 	WebhookAllowPrivate bool
+	// WebhookMinBackoff and WebhookMaxBackoff bound the delays between a
+	// failed delivery and its next attempt (0: webhook's defaults, 5 s
+	// and 1 h); tests shorten them.
+	WebhookMinBackoff, WebhookMaxBackoff time.Duration
 	// Observer, when set, is told what the metrics are told, beside them.
 	Observer Observer
 
@@ -731,7 +735,8 @@ func (m *Main) newWebhooks(st Store, co *coordinator.Coordinator) *webhook.Loop 
 	if !ok {
 		return nil
 	}
-	cfg := webhook.Config{Store: ws, Log: st, Logger: m.Logger, Observer: m.Metrics, AllowPrivate: m.WebhookAllowPrivate}
+	cfg := webhook.Config{Store: ws, Log: st, Logger: m.Logger, Observer: m.Metrics, AllowPrivate: m.WebhookAllowPrivate,
+		MinBackoff: m.WebhookMinBackoff, MaxBackoff: m.WebhookMaxBackoff}
 	if m.Cluster != nil {
 		cl := m.Cluster
 		cfg.Holds = cl.Holds
@@ -754,4 +759,8 @@ func (m *Main) newWebhooks(st Store, co *coordinator.Coordinator) *webhook.Loop 
 	return l
 }
 
-var _ server.Webhooks = (*webhook.Loop)(nil)
+var (
+	_ server.Webhooks = (*webhook.Loop)(nil)
+	_ webhook.Store   = (*boltstore.Store)(nil)
+	_ webhook.Store   = (*natsstore.Store)(nil)
+)

@@ -26,6 +26,13 @@
 //	  config.<id>                 the coordinator's private settings, opaque
 //	  turn.<id>.<turn id>         sandbox.Turn JSON
 //	  appr.<id>.<approval id>     sandbox.Approval JSON
+//	bucket sparkles-webhooks (key-value, as the bucket sparkles; webhooks.go)
+//	  ep.<endpoint id>            a webhook endpoint's record, JSON opaque
+//	                              to the store, its signing secret included
+//	  cur.<endpoint id>.<id>      decimal: the endpoint is done with that
+//	                              sandbox's log through this event; never
+//	                              moves back. A byte of an id outside
+//	                              [A-Za-z0-9_-] is written =XX (hex)
 //
 // The state also counts the bytes of the log's retained events and of its
 // current turn (sandbox.State.LogBytes, TurnBytes), moved by the same
@@ -172,4 +179,8 @@
 // count began. A count that another node's prune made too high is then
 // refused instead of cutting too far, and two nodes' loops together remove
 // no event that their limit keeps.
+//
+// The webhook methods (webhooks.go) are safe from any number of processes
+// at once: a cursor's write expects the revision it read and keeps the
+// larger value, and a cursor set as its endpoint is deleted is removed.
 package natsstore

@@ -63,3 +63,13 @@ func SetLaggingLog(s *Store, cut func(msgs []*nats.Msg) []*nats.Msg) {
 	}
 	s.hooks.laggingLog = cut
 }
+
+// SetCursorWrittenHook makes SetWebhookCursor of s call fn once it has
+// written a cursor of endpoint id, before it checks that the endpoint is
+// still there.
+func SetCursorWrittenHook(s *Store, fn func(id string)) {
+	if s.hooks == nil {
+		s.hooks = &testHooks{}
+	}
+	s.hooks.cursorWritten = fn
+}

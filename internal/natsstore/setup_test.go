@@ -273,5 +273,5 @@ func TestOpenWaitsForJetStream(t *testing.T) {
 	if err := <-opened; err != nil {
 		t.Fatalf("Open once the quorum is back: %v", err)
 	}
-	natstest.CheckReplicas(t, c.URL(), 3, natsstore.DefaultStreamName, "KV_"+natsstore.DefaultKVBucket)
+	natstest.CheckReplicas(t, c.URL(), 3, natsstore.DefaultStreamName, "KV_"+natsstore.DefaultKVBucket, "KV_"+natsstore.DefaultKVBucket+"-webhooks")
 }

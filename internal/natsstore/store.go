@@ -38,6 +38,9 @@ type Options struct {
 	StreamName string
 	// KVBucket is the key-value bucket of states and resources (default sparkles).
 	KVBucket string
+	// WebhookBucket is the key-value bucket of webhook endpoints and their
+	// cursors (default <KVBucket>-webhooks).
+	WebhookBucket string
 	// SubjectPrefix is the stream's subject space: the log of sandbox id is
 	// <SubjectPrefix>.<id> (default sparkles.events). Two deployments can
 	// share a NATS account with different prefixes and names.
@@ -85,6 +88,7 @@ type Store struct {
 	js            jetstream.JetStream
 	stream        jetstream.Stream
 	kv            jetstream.KeyValue
+	webhooks      jetstream.KeyValue // endpoints and cursors (webhooks.go)
 	streamName    string
 	kvStream      string // the stream behind the bucket
 	kvPrefix      string // the subject prefix of the bucket's keys
@@ -146,6 +150,15 @@ type testHooks struct {
 	// then say nothing more is pending, as a replica that has not caught
 	// up does.
 	laggingLog func(msgs []*nats.Msg) []*nats.Msg
+	// cursorWritten runs once SetWebhookCursor has written a cursor of
+	// endpoint id, before it checks that the endpoint is still there.
+	cursorWritten func(id string)
+}
+
+func (h *testHooks) webhookCursorWritten(id string) {
+	if h != nil && h.cursorWritten != nil {
+		h.cursorWritten(id)
+	}
 }
 
 func (h *testHooks) sent(id string, i int) {
@@ -223,6 +236,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	if opts.SubjectPrefix == "" {
 		opts.SubjectPrefix = DefaultSubjectPrefix
+	}
+	if opts.WebhookBucket == "" {
+		opts.WebhookBucket = opts.KVBucket + "-webhooks"
 	}
 	if opts.Replicas < 1 {
 		opts.Replicas = 1
@@ -317,6 +333,9 @@ func (s *Store) init(ctx context.Context, opts Options) error {
 		}, noTTL)
 		return err
 	}); err != nil {
+		return err
+	}
+	if err := s.openWebhooks(ctx, until, opts); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithCancel(context.Background())

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,6 +60,8 @@ func TestOpenAPIConformance(t *testing.T) {
 			"broken": {Command: filepath.Join(t.TempDir(), "no-such-agent")},
 		},
 		DefaultAgent: "demo",
+		// The webhook endpoint below is on loopback.
+		WebhookAllowPrivate: true,
 	}
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)
@@ -103,6 +106,21 @@ func TestOpenAPIConformance(t *testing.T) {
 		"tool_output": true,
 	})}, &sb)
 	sbPath := "/v1/sandboxes/" + sb.ID
+	// A webhook endpoint receives the turns' ends (checked below).
+	hooks := make(chan string, 64) // the webhook-id of each delivery
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		select {
+		case hooks <- req.Header.Get("webhook-id"):
+		default:
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(receiver.Close)
+	var wh idOnly
+	r.want(201, call{name: "create webhook", judge: A, method: "POST", path: "/v1/webhooks", body: jsonBody(map[string]any{
+		"url": receiver.URL + "/hooks", "sandbox_id": sb.ID, "events": []string{"turn.completed", "sandbox.error"}, "description": "openapi"})}, &wh)
+	r.want(400, call{name: "create webhook ftp", judge: A, method: "POST", path: "/v1/webhooks", body: jsonBody(map[string]any{"url": "ftp://x/"})}, nil)
+	r.want(400, call{name: "create webhook ephemeral type", judge: apitest.Refused, method: "POST", path: "/v1/webhooks", body: jsonBody(map[string]any{"url": receiver.URL, "events": []string{"message.delta"}})}, nil)
 	s1 := r.stream(call{name: "stream since 0", judge: A, path: sbPath + "/events/stream?since=0"})
 	s1.until(ctx, typeIs("snapshot"))
 
@@ -207,6 +225,26 @@ func TestOpenAPIConformance(t *testing.T) {
 	r.want(202, call{name: "turn crash", judge: A, method: "POST", path: sbPath + "/turns", body: jsonBody(map[string]string{"input": "crash"})}, &turn)
 	s1.until(ctx, typeIs("sandbox.error"))
 	s1.until(ctx, turnCompleted(turn.ID))
+
+	// The webhook endpoint: its reads, a change, a retry of a delivery
+	// it took, its deliveries, a rotation, its removal.
+	whPath := "/v1/webhooks/" + wh.ID
+	r.want(200, call{name: "webhooks", judge: A, method: "GET", path: "/v1/webhooks"}, nil)
+	r.want(200, call{name: "webhook", judge: A, method: "GET", path: whPath}, nil)
+	r.want(404, call{name: "no webhook", judge: A, method: "GET", path: "/v1/webhooks/wh_00000000000000000000000000"}, nil)
+	r.want(200, call{name: "patch webhook", judge: A, method: "PATCH", path: whPath, body: jsonBody(map[string]any{"description": "openapi, changed", "enabled": true})}, nil)
+	var delivered string
+	select {
+	case delivered = <-hooks:
+	case <-ctx.Done():
+		t.Fatal("no webhook delivery arrived")
+	}
+	r.want(200, call{name: "retry delivery", judge: A, method: "POST", path: whPath + "/deliveries/" + delivered + "/retry"}, nil)
+	r.want(404, call{name: "retry no delivery", judge: A, method: "POST", path: whPath + "/deliveries/" + wh.ID + "_" + sb.ID + "_999999/retry"}, nil)
+	r.want(200, call{name: "deliveries", judge: A, method: "GET", path: whPath + "/deliveries"}, nil)
+	r.want(200, call{name: "rotate secret", judge: A, method: "POST", path: whPath + "/rotate-secret"}, nil)
+	r.want(200, call{name: "delete webhook", judge: A, method: "DELETE", path: whPath}, nil)
+	r.want(404, call{name: "delete webhook again", judge: A, method: "DELETE", path: whPath}, nil)
 
 	// Reads, pages and their errors.
 	r.want(200, call{name: "sandbox", judge: A, method: "GET", path: sbPath}, nil)

@@ -61,3 +61,49 @@ func AppendObjectField(obj []byte, name string, value any) ([]byte, error) {
 	out = append(out, v...)
 	return append(out, '}'), nil
 }
+
+// MarshalJSON writes the endpoint with its timestamps in TimeFormat.
+func (w Webhook) MarshalJSON() ([]byte, error) {
+	type plain Webhook
+	return json.Marshal(struct {
+		plain
+		CreatedAt string `json:"created_at"`
+	}{plain(w), FormatTime(w.CreatedAt)})
+}
+
+// MarshalJSON writes the endpoint and its secret (Webhook's method would
+// drop the secret).
+func (c CreatedWebhook) MarshalJSON() ([]byte, error) {
+	b, err := c.Webhook.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return AppendObjectField(b, "secret", c.Secret)
+}
+
+// MarshalJSON writes the figures with their timestamp in TimeFormat.
+func (s WebhookStats) MarshalJSON() ([]byte, error) {
+	type plain WebhookStats
+	return json.Marshal(struct {
+		plain
+		OldestUndeliveredAt *string `json:"oldest_undelivered_at,omitempty"`
+	}{plain(s), formatTimePtr(s.OldestUndeliveredAt)})
+}
+
+// MarshalJSON writes the attempt with its timestamps in TimeFormat.
+func (d WebhookDelivery) MarshalJSON() ([]byte, error) {
+	type plain WebhookDelivery
+	return json.Marshal(struct {
+		plain
+		At            string  `json:"at"`
+		NextAttemptAt *string `json:"next_attempt_at,omitempty"`
+	}{plain(d), FormatTime(d.At), formatTimePtr(d.NextAttemptAt)})
+}
+
+func formatTimePtr(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := FormatTime(*t)
+	return &s
+}

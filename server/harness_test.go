@@ -49,6 +49,8 @@ type options struct {
 	observer    Observer
 	// coord changes the coordinator's config (a data dir, limits).
 	coord func(*coordinator.Config)
+	// webhooks, when set, serves /v1/webhooks.
+	webhooks Webhooks
 }
 
 func newHarness(tb testing.TB, opt options) *harness {
@@ -63,7 +65,7 @@ func newHarness(tb testing.TB, opt options) *harness {
 		tb.Fatal(err)
 	}
 	be := &testBackend{Coordinator: coord, store: st}
-	srv := New(Config{Backend: be, Token: testToken, Keepalive: opt.keepalive, WriteTimeout: opt.writeTimeout, BodyTimeout: opt.bodyTimeout, Logger: opt.logger, Observer: opt.observer})
+	srv := New(Config{Backend: be, Token: testToken, Keepalive: opt.keepalive, WriteTimeout: opt.writeTimeout, BodyTimeout: opt.bodyTimeout, Logger: opt.logger, Observer: opt.observer, Webhooks: opt.webhooks})
 	ts := httptest.NewUnstartedServer(srv)
 	if opt.sendBuffer > 0 {
 		ts.Listener = sendBufferListener{ts.Listener, opt.sendBuffer}

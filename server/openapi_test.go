@@ -196,7 +196,7 @@ func routeProblems(doc []docRoute, routes []routerRoute, lookup func(method, pat
 
 // newRoutedServer is a Server with every optional route switched on.
 func newRoutedServer() *Server {
-	return New(Config{Token: testToken, Metrics: http.NotFoundHandler(), Ready: func() error { return nil }})
+	return New(Config{Token: testToken, Metrics: http.NotFoundHandler(), Ready: func() error { return nil }, Webhooks: newFakeWebhooks()})
 }
 
 func TestOpenAPIRoutes(t *testing.T) {

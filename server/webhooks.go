@@ -116,6 +116,9 @@ func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request, ps httpro
 }
 
 func (s *Server) rotateWebhook(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	if err := decodeBody(w, r, &struct{}{}); err != nil { // no fields: a body that names one is a mistake
+		return err
+	}
 	wh, err := s.cfg.Webhooks.RotateWebhookSecret(r.Context(), ps.ByName("id"))
 	if err != nil {
 		return err
@@ -138,6 +141,9 @@ func (s *Server) webhookDeliveries(w http.ResponseWriter, r *http.Request, ps ht
 }
 
 func (s *Server) retryWebhookDelivery(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	if err := decodeBody(w, r, &struct{}{}); err != nil { // no fields: a body that names one is a mistake
+		return err
+	}
 	d, err := s.cfg.Webhooks.RetryWebhookDelivery(r.Context(), ps.ByName("id"), ps.ByName("delivery"))
 	if err != nil {
 		return err

@@ -126,6 +126,27 @@ export class API {
   decide(id, approvalID, decision) {
     return this.#call("POST", `/v1/sandboxes/${encodeURIComponent(id)}/approvals/${encodeURIComponent(approvalID)}`, decision);
   }
+
+  // webhooks lists the webhook endpoints (the full token only).
+  webhooks() {
+    return this.#call("GET", "/v1/webhooks");
+  }
+
+  // updateWebhook changes an endpoint: {enabled}, {url}, {events}.
+  updateWebhook(id, patch) {
+    return this.#call("PATCH", `/v1/webhooks/${encodeURIComponent(id)}`, patch);
+  }
+
+  // webhookDeliveries lists an endpoint's recent attempts, newest first.
+  webhookDeliveries(id) {
+    return this.#call("GET", `/v1/webhooks/${encodeURIComponent(id)}/deliveries`);
+  }
+
+  // retryDelivery attempts a delivery (its webhook-id) once more now and
+  // returns the attempt.
+  retryDelivery(id, delivery) {
+    return this.#call("POST", `/v1/webhooks/${encodeURIComponent(id)}/deliveries/${encodeURIComponent(delivery)}/retry`);
+  }
 }
 
 // filesURL is the files route of a workspace path: each segment escaped,

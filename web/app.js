@@ -2,7 +2,8 @@
 // view of one sandbox with its live transcript and prompt box. The address
 // names the open sandbox (#/sandboxes/<id>), so a reload comes back to it;
 // on a phone the list and the open sandbox are two views, and #/ is the
-// list. The token stays in sessionStorage, for this tab only.
+// list. #/webhooks opens the webhook endpoints (webhooks.js) in the place
+// of a sandbox. The token stays in sessionStorage, for this tab only.
 import { API, NetworkError } from "./api.js";
 import { answeredHere } from "./approval.js";
 import { revertsAfter } from "./changes.js";
@@ -12,6 +13,7 @@ import { earlierEvents, firstTurn, turnEvents } from "./history.js";
 import { SandboxList } from "./list.js";
 import { APIError, SandboxEventStream, State } from "./sparkles-events.js";
 import { configWords, Transcript } from "./view.js";
+import { WebhookList } from "./webhooks.js";
 import { Workspace } from "./workspace.js";
 
 const TOKEN_KEY = "sparkles.token";
@@ -71,6 +73,11 @@ const ui = {
   announce: $("announce"),
   confirm: $("confirm-delete"),
   confirmText: $("confirm-text"),
+  webhooksLink: $("webhooks-link"),
+  webhooks: $("webhooks"),
+  webhooksTitle: $("webhooks-title"),
+  webhooksStatus: $("webhooks-status"),
+  webhookList: $("webhook-list"),
 };
 
 const state = {
@@ -115,6 +122,22 @@ const guide = new Guide({ el: ui.guide, text: ui.guideText, examples: ui.example
   ui.prompt.setSelectionRange(prompt.length, prompt.length);
 });
 
+// The webhooks view (#/webhooks) needs the full token; the page signs in
+// only with one (listing the sandboxes takes it).
+const webhooks = new WebhookList(state.api, ui.webhookList, {
+  status: (text) => {
+    ui.webhooksStatus.textContent = text;
+  },
+  announce,
+  onError(e) {
+    if (e instanceof APIError && e.status === 401) {
+      showLogin("The server no longer accepts this token.");
+      return true;
+    }
+    return false;
+  },
+});
+
 const openSandboxResource = () => (state.selected ? (list.get(state.selected) ?? { id: state.selected, status: "" }) : null);
 
 // ---- token ----
@@ -134,6 +157,8 @@ function takeTokenFromAddress() {
 function showLogin(message = "") {
   closeStream();
   clearInterval(state.refreshTimer);
+  showWebhooks(false);
+  ui.webhooksLink.hidden = true;
   state.token = "";
   sessionStorage.removeItem(TOKEN_KEY);
   ui.app.hidden = true;
@@ -161,6 +186,7 @@ async function signIn(token) {
   ui.login.hidden = true;
   ui.app.hidden = false;
   ui.signOut.hidden = false;
+  ui.webhooksLink.hidden = false;
   clearInterval(state.refreshTimer);
   state.refreshTimer = setInterval(refreshList, LIST_REFRESH_MS);
   route();
@@ -255,6 +281,34 @@ function route() {
   const id = m ? decodeURIComponent(m[1]) : null;
   if (id !== state.selected) {
     openSandbox(id);
+  }
+  showWebhooks(location.hash === "#/webhooks");
+}
+
+// showWebhooks opens the webhooks view in the place of a sandbox, or
+// closes it.
+function showWebhooks(open) {
+  if (open === webhooks.shown) {
+    return;
+  }
+  ui.webhooks.hidden = !open;
+  if (open) {
+    ui.webhooksLink.setAttribute("aria-current", "page");
+    ui.empty.hidden = true;
+    ui.app.dataset.view = "webhooks";
+    document.title = "Webhooks — Sparkles";
+    webhooks.show();
+    if (narrow.matches) {
+      ui.webhooksTitle.focus({ preventScroll: true });
+    }
+    return;
+  }
+  ui.webhooksLink.removeAttribute("aria-current");
+  webhooks.hide();
+  ui.empty.hidden = state.selected !== null;
+  ui.app.dataset.view = state.selected ? "sandbox" : "list";
+  if (!state.selected) {
+    document.title = "Sparkles";
   }
 }
 

@@ -42,7 +42,8 @@ type sparkles struct {
 	URL    string
 	Client *client.Client
 
-	cfg coordinator.Config // what a test changes of the coordinator's configuration
+	cfg      coordinator.Config // what a test changes of the coordinator's configuration
+	webhooks server.Webhooks    // serves /v1/webhooks when set
 
 	mu  sync.Mutex
 	run *running
@@ -55,19 +56,19 @@ type running struct {
 	done  chan error
 }
 
-// serverOption changes the coordinator of a test's server.
-type serverOption func(*coordinator.Config)
+// serverOption changes a test's server.
+type serverOption func(*sparkles)
 
 // withApprovalTimeout makes approvals expire after d instead of minutes.
 func withApprovalTimeout(d time.Duration) serverOption {
-	return func(c *coordinator.Config) { c.ApprovalTimeout = d }
+	return func(s *sparkles) { s.cfg.ApprovalTimeout = d }
 }
 
 func startSparkles(t testing.TB, opts ...serverOption) *sparkles {
 	t.Helper()
 	s := &sparkles{t: t, dir: t.TempDir(), addr: "127.0.0.1:0"}
 	for _, o := range opts {
-		o(&s.cfg)
+		o(s)
 	}
 	s.start()
 	s.URL = "http://" + s.addr
@@ -96,7 +97,7 @@ func (s *sparkles) start() {
 		st.Close()
 		s.t.Fatalf("recover: %v", err)
 	}
-	srv := server.New(server.Config{Backend: co, Token: testToken, Logger: log, Static: web.Handler()})
+	srv := server.New(server.Config{Backend: co, Token: testToken, Logger: log, Static: web.Handler(), Webhooks: s.webhooks})
 	l, err := net.Listen("tcp", s.addr)
 	if err != nil {
 		co.Close()

@@ -487,3 +487,99 @@ export class SandboxEventStream {
   /** Ends the stream; no callback runs after it returns. */
   close(): void;
 }
+
+// ---- Webhooks (/v1/webhooks, the server token only; docs/webhooks.md) ----
+
+/** A durable event type: the types a webhook endpoint can receive. */
+export type WebhookEventType = DurableEvent["type"];
+
+/** active: delivering; failing: the last attempt failed and a retry is due; disabled: enabled is false. */
+export type WebhookState = "active" | "failing" | "disabled";
+
+/** One attempt to deliver an event to an endpoint, as the node that made it remembers it. */
+export interface WebhookDelivery {
+  object: "webhook_delivery";
+  /** The webhook-id header: the same for every attempt of one event to one endpoint. */
+  id: string;
+  sandbox_id: string;
+  event_id: EventID;
+  type: WebhookEventType;
+  /** 1 for the event's first attempt on this node. */
+  attempt: number;
+  at: Timestamp;
+  /** 0 when the receiver gave no answer. */
+  status_code: number;
+  duration_ms: number;
+  /** Why the attempt failed; absent after a 2xx. */
+  error?: string;
+  /** The start of the response's body (256 bytes at most). */
+  response?: string;
+  /** When the event is tried again, after a failure. */
+  next_attempt_at?: Timestamp;
+}
+
+/** An endpoint's delivery figures, as counted by the node that answers. */
+export interface WebhookStats {
+  delivered: number;
+  failed: number;
+  /** Events beyond the endpoint's cursors, up to the logs' heads. */
+  lag: number;
+  oldest_undelivered_at?: Timestamp;
+  last_attempt?: WebhookDelivery;
+}
+
+/** A webhook endpoint; never its secret. */
+export interface Webhook {
+  object: "webhook";
+  id: string;
+  url: string;
+  events: WebhookEventType[];
+  /** When set, only this sandbox's events are delivered. */
+  sandbox_id?: string;
+  description?: string;
+  enabled: boolean;
+  state: WebhookState;
+  /** Why deliveries stopped on their own; cleared by enabling the endpoint. */
+  disabled_reason?: string;
+  created_at: Timestamp;
+  stats: WebhookStats;
+}
+
+/** The answer of a creation or a rotation: the endpoint and its secret, shown this once. */
+export interface CreatedWebhook extends Webhook {
+  /** "whsec_" and base64, the Standard Webhooks format. */
+  secret: string;
+}
+
+export interface WebhookParams {
+  url: string;
+  events?: WebhookEventType[];
+  sandbox_id?: string;
+  description?: string;
+}
+
+/** The fields to change; those left out stay. */
+export interface WebhookPatch {
+  url?: string;
+  events?: WebhookEventType[];
+  description?: string;
+  enabled?: boolean;
+}
+
+export interface WebhookList {
+  object: "list";
+  data: Webhook[];
+}
+
+/** Newest first. */
+export interface WebhookDeliveryList {
+  object: "list";
+  data: WebhookDelivery[];
+}
+
+/**
+ * The body of a delivery: a durable event's fields as the stream serves
+ * them, discriminated by `type`. Verify its signature over the raw bytes
+ * before parsing them.
+ */
+export type WebhookPayload = DurableEvent extends infer E ? (E extends DurableEvent ? Omit<E, "object" | "version"> : never) : never;

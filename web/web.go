@@ -1,8 +1,9 @@
 // Package web is the browser console of Sparkles: a page that lists
 // sandboxes, runs prompts, answers approvals, shows a sandbox's live
-// transcript with what each turn changed, and its files; and
-// sparkles-events.js, the fetch-based reader of the event stream it is
-// built on (EventSource cannot send a bearer token).
+// transcript with what each turn changed, and its files, and the webhook
+// endpoints with their deliveries; and sparkles-events.js, the fetch-based
+// reader of the event stream it is built on (EventSource cannot send a
+// bearer token).
 //
 // The files are plain ES modules and CSS, embedded in the binary: there is
 // no build step. The page's assets need no auth; every API call the page
@@ -22,7 +23,7 @@ import (
 	"time"
 )
 
-//go:embed index.html app.js api.js approval.js changes.js dom.js files.js guide.js history.js list.js view.js workspace.js sparkles-events.js style.css favicon.svg
+//go:embed index.html app.js api.js approval.js changes.js dom.js files.js guide.js history.js list.js view.js webhooks.js workspace.js sparkles-events.js style.css favicon.svg
 var files embed.FS
 
 // contentTypes are set by extension here, not by the system's MIME table,

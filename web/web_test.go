@@ -44,6 +44,7 @@ func TestHandler(t *testing.T) {
 			"/changes.js":         "text/javascript; charset=utf-8",
 			"/files.js":           "text/javascript; charset=utf-8",
 			"/workspace.js":       "text/javascript; charset=utf-8",
+			"/webhooks.js":        "text/javascript; charset=utf-8",
 			"/style.css":          "text/css; charset=utf-8",
 			"/favicon.svg":        "image/svg+xml",
 		} {
@@ -97,7 +98,7 @@ func TestHandler(t *testing.T) {
 	t.Run("ErrNotFound", func(t *testing.T) {
 		// The tests and package.json live beside the assets but are not
 		// part of the page.
-		for _, path := range []string{"/nope.js", "/sparkles-events.test.js", "/console.test.js", "/package.json", "/web.go", "/index.html/", "/../web.go"} {
+		for _, path := range []string{"/nope.js", "/sparkles-events.test.js", "/console.test.js", "/webhooks.test.js", "/package.json", "/web.go", "/index.html/", "/../web.go"} {
 			if got, want := get(t, h, http.MethodGet, path).StatusCode, http.StatusNotFound; got != want {
 				t.Fatalf("GET %s: status %d, want %d", path, got, want)
 			}

@@ -52,6 +52,7 @@ func newApp() *cli.App {
 			newCpCommand(),
 			newDiffCommand(),
 			newRevertCommand(),
+			newWebhooksCommand(),
 			newDBCommand(),
 			newBenchCommand(),
 			newVersionCommand(),

@@ -135,6 +135,7 @@ var scenarios = []scenario{
 	{"size", "the store file against what it holds: 100,000 events in one sandbox, then a prune of half and as many appends", runSize, 10 * time.Minute},
 	{"turncost", "one agent announcing a new tool call per update: the server's CPU per event at the turn's 100,000th tool call against its 100th", runTurnCost, 10 * time.Minute},
 	{"workspace", "a 10,000-file, 200 MiB workspace: a turn boundary with 10 files changed, its change list and diff, the tar.gz of the tree", runWorkspace, 5 * time.Minute},
+	{"webhooks", "one webhook endpoint for every durable event, a loopback receiver answering 204: commit-to-delivery delay at a steady rate, deliveries/s while agents flood and while their backlog drains", runWebhooks, 5 * time.Minute},
 	{"peer", "Sparkles and Mercure side by side (needs --peer-mercure): durable events/s (agents cycling 16 tool calls, and a new tool call per update), fan-out, idle connections, replay, file size, cold start", runPeer, 30 * time.Minute},
 	{"peer-store", "peer's parts on a store of 100,000 events alone (needs --peer-mercure): replay, file size, cold start", runPeerStore, 10 * time.Minute},
 }

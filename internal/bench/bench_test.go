@@ -218,3 +218,43 @@ func TestParseStat(t *testing.T) {
 		}
 	})
 }
+
+// TestWebhooks runs the webhooks scenario at its short sizes: every event
+// of the paced load is delivered (webhookDelay fails otherwise), and each
+// figure is there, deliveries counted and where each delay starts said.
+func TestWebhooks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{Scenarios: []string{"webhooks"}, Short: true, Dir: t.TempDir(),
+		ChildCommand: []string{os.Args[0]}, Log: t.Output()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]Figure{}
+	for _, f := range rep.Figures {
+		byName[f.Name] = f
+	}
+	for _, name := range []string{
+		"append to delivery at 100 events/s over 4 sandboxes p50",
+		"append to delivery at 100 events/s over 4 sandboxes p99",
+		"commit to delivery at 100 events/s over 4 sandboxes p50",
+		"commit to delivery at 100 events/s over 4 sandboxes p99",
+		"deliveries/s, 2 agents flooding",
+		"deliveries/s, a backlog in 2 sandboxes draining",
+	} {
+		f, ok := byName[name]
+		if !ok {
+			t.Fatalf("no figure %q in %+v", name, rep.Figures)
+		}
+		if math.IsNaN(f.Value) || math.IsInf(f.Value, 0) || f.Value < 0 {
+			t.Fatalf("figure %q = %v", name, f.Value)
+		}
+		if strings.HasPrefix(name, "deliveries/s") && f.Value == 0 {
+			t.Fatalf("figure %q: nothing delivered (%s)", name, f.Conditions)
+		}
+		if strings.HasPrefix(name, "commit") && !strings.Contains(f.Conditions, "from the return of the event's append") ||
+			strings.HasPrefix(name, "append") && !strings.Contains(f.Conditions, "from the call of the event's append") {
+			t.Fatalf("figure %q does not say where its delay starts: %s", name, f.Conditions)
+		}
+	}
+}

@@ -35,7 +35,7 @@ const EnvChild = "SPARKLES_BENCH_CHILD"
 // JSON reply per line on its stdout. The first line it writes, unasked, is
 // its address and token. It exits when its stdin closes.
 type childRequest struct {
-	Op   string   `json:"op"` // create, tools, load, stop, mem, profile, cpu; turns, settle, wake (agents); flood, floodnew, unflood, filltools, file (peer)
+	Op   string   `json:"op"` // create, tools, load, stop, mem, profile, cpu; turns, settle, wake (agents); flood, floodnew, unflood, filltools, file (peer); heads (webhooks)
 	N    int      `json:"n,omitempty"`
 	Fill int      `json:"fill,omitempty"` // events appended to each new sandbox
 	IDs  []string `json:"ids,omitempty"`
@@ -43,6 +43,8 @@ type childRequest struct {
 	Size int      `json:"size,omitempty"`
 	GC   bool     `json:"gc,omitempty"`
 	Path string   `json:"path,omitempty"` // where profile writes; cpu: start profiling to path, or stop when empty
+	// Times makes a load record when each append returned (webhooks).
+	Times bool `json:"times,omitempty"`
 }
 
 type childReply struct {
@@ -50,7 +52,7 @@ type childReply struct {
 	Token      string    `json:"token,omitempty"`
 	IDs        []string  `json:"ids,omitempty"`
 	Appended   int64     `json:"appended,omitempty"`
-	Lasts      []uint64  `json:"lasts,omitempty"` // stop: the last id appended to each sandbox of the load
+	Lasts      []uint64  `json:"lasts,omitempty"` // stop: the last id appended to each sandbox of the load; heads: each sandbox's last event id
 	HeapInuse  uint64    `json:"heap_inuse,omitempty"`
 	StackInuse uint64    `json:"stack_inuse,omitempty"`
 	Goroutines int       `json:"goroutines,omitempty"`
@@ -60,6 +62,10 @@ type childReply struct {
 	Writes     int64     `json:"writes,omitempty"` // the batches the deliveries were written in
 	File       *fileInfo `json:"file,omitempty"`   // file: the store file against what the sandbox holds
 	Err        string    `json:"err,omitempty"`
+
+	// Returned is, by sandbox of a load with Times, when each append
+	// returned.
+	Returned [][]appendTime `json:"returned,omitempty"`
 }
 
 // RunChild runs the server of a benchmark in this process, answering the
@@ -106,11 +112,18 @@ func RunChild(ctx context.Context, dir string, in io.Reader, out io.Writer) erro
 				err = errors.New("a load is already running")
 				break
 			}
-			ld = startLoader(l.coord, req.IDs, req.Rate, req.Size)
+			ld = startLoader(l.coord, req.IDs, req.Rate, req.Size, req.Times)
 		case "stop":
 			if ld != nil {
 				rep.Appended, rep.Lasts, err = ld.stop()
+				rep.Returned = ld.returned
 				ld = nil
+			}
+		case "heads":
+			rep.Lasts = make([]uint64, len(req.IDs))
+			for i, id := range req.IDs {
+				h, herr := l.coord.Head(id)
+				rep.Lasts[i], err = h.LastEventID, errors.Join(err, herr)
 			}
 		case "mem":
 			if req.GC {
@@ -286,17 +299,23 @@ type loader struct {
 	lasts    []uint64 // by sandbox; each written by its goroutine only
 	mu       sync.Mutex
 	err      error
+
+	returned [][]appendTime // by sandbox, when times were asked for; as lasts
 }
 
-func startLoader(co *coordinator.Coordinator, ids []string, rate float64, size int) *loader {
+func startLoader(co *coordinator.Coordinator, ids []string, rate float64, size int, times bool) *loader {
 	ctx, cancel := context.WithCancel(context.Background())
 	ld := &loader{cancel: cancel, lasts: make([]uint64, len(ids))}
+	if times {
+		ld.returned = make([][]appendTime, len(ids))
+	}
 	if len(ids) == 0 || rate <= 0 {
 		return ld
 	}
 	every := time.Duration(float64(time.Second) * float64(len(ids)) / rate)
 	tickSpread(ctx, &ld.wg, len(ids), every, func(i int) bool {
 		ev := newEvent(size)
+		called := time.Now().UnixNano()
 		if err := co.AppendEvents(ctx, ids[i], ev); err != nil {
 			if ctx.Err() == nil {
 				ld.mu.Lock()
@@ -304,6 +323,9 @@ func startLoader(co *coordinator.Coordinator, ids []string, rate float64, size i
 				ld.mu.Unlock()
 			}
 			return false
+		}
+		if ld.returned != nil {
+			ld.returned[i] = append(ld.returned[i], appendTime{ID: ev.ID, Called: called, At: time.Now().UnixNano()})
 		}
 		ld.lasts[i] = ev.ID
 		ld.appended.Add(1)
@@ -338,6 +360,16 @@ func tickSpread(ctx context.Context, wg *sync.WaitGroup, n int, every time.Durat
 			}
 		})
 	}
+}
+
+// appendTime is when the append of event ID was called and when it
+// returned, committed and durable: the commit lies between. Both are the
+// wall clock's, in ns, so that they compare with another process's
+// reading of the same clock.
+type appendTime struct {
+	ID     uint64 `json:"id"`
+	Called int64  `json:"called"`
+	At     int64  `json:"at"`
 }
 
 func (ld *loader) stop() (int64, []uint64, error) {

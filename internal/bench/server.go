@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -68,6 +69,9 @@ func startLocal(dir string, logger *slog.Logger, agents *benchAgents) (*local, e
 		NoRetention: true,
 		Isolation:   "off",
 		Observer:    obs,
+		// The webhooks scenario's receiver is on loopback: serve's
+		// --webhook-allow-private.
+		WebhookAllowPrivate: os.Getenv(EnvChildWebhooks) != "",
 	}
 	if agents != nil {
 		agents.configure(m)

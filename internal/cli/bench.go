@@ -17,7 +17,7 @@ func newBenchCommand() *cli.Command {
 		Description: "Starts its own servers on temporary stores, in this process or, where the server's memory is\n" +
 			"measured, in a child process, drives them with a loopback client in this process, runs the\n" +
 			"scenarios one after the other and prints each figure with its conditions and target. Scenarios:\n" +
-			"append, latency, fanout, floor, idle, replay, stall, stall-snapshot, agents, coldstart, size, turncost, workspace; and, only when named, peer:\n" +
+			"append, latency, fanout, floor, idle, replay, stall, stall-snapshot, agents, coldstart, size, turncost, workspace, webhooks; and, only when named, peer:\n" +
 			"Sparkles and Mercure side by side, which needs --peer-mercure. The full run takes a few minutes; --short checks\n" +
 			"that every scenario works in seconds.",
 		Flags: []cli.Flag{

@@ -19,6 +19,9 @@ type ClientOptions struct {
 	// (default 10 s); RequestTimeout the whole request, the response's
 	// bounded read included (default 30 s).
 	ConnectTimeout, RequestTimeout time.Duration
+	// Resolver resolves endpoints' names when a connection is made; nil
+	// is the system's.
+	Resolver *net.Resolver
 }
 
 // ErrPrivateAddress refuses a connection to an address a receiver on the
@@ -49,7 +52,7 @@ func NewClient(o ClientOptions) *http.Client {
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 30 * time.Second
 	}
-	d := &net.Dialer{Timeout: o.ConnectTimeout}
+	d := &net.Dialer{Timeout: o.ConnectTimeout, Resolver: o.Resolver}
 	if !o.AllowPrivate {
 		d.Control = func(network, address string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(address)

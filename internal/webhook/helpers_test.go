@@ -24,7 +24,7 @@ type delivery struct {
 	WebhookID string
 	Timestamp string // the webhook-timestamp header
 	Signature string // the webhook-signature header
-	Status    int // what the receiver answered
+	Status    int    // what the receiver answered
 	Body      struct {
 		Type      sandbox.Type    `json:"type"`
 		ID        string          `json:"id"`

@@ -57,8 +57,8 @@ type Config struct {
 	// addresses (local development and tests): the registration check
 	// and, when Client is nil, the delivery client's.
 	AllowPrivate bool
-	// Resolver resolves an endpoint's host at registration; nil is
-	// net.DefaultResolver.
+	// Resolver resolves an endpoint's host at registration and, when
+	// Client is nil, at every connection; nil is net.DefaultResolver.
 	Resolver *net.Resolver
 
 	// Holds and Claim, set on a store that several coordinators share,
@@ -91,7 +91,7 @@ type Loop struct {
 // New returns a Loop over cfg; it does nothing until Start.
 func New(cfg Config) *Loop {
 	if cfg.Client == nil {
-		cfg.Client = NewClient(ClientOptions{AllowPrivate: cfg.AllowPrivate})
+		cfg.Client = NewClient(ClientOptions{AllowPrivate: cfg.AllowPrivate, Resolver: cfg.Resolver})
 	}
 	if cfg.Resolver == nil {
 		cfg.Resolver = net.DefaultResolver
@@ -376,6 +376,19 @@ func (r *runner) work(id string, cursor uint64, known bool) {
 	ctx, l := r.ctx, r.l
 	log := l.log.With("endpoint", r.ep.ID, "sandbox", id)
 	since := r.ep.CreatedAt.Truncate(time.Millisecond) // events' ts have ms precision
+	// The cursor is saved after each page, saveEvery after the last save,
+	// before a failed attempt's wait and when the worker stops, not after
+	// every delivery: a crash delivers again what was taken since the
+	// last save (with the same webhook-ids), and a delivery costs no
+	// commit of its own.
+	saved, lastSave := cursor, l.cfg.Now()
+	flush := func() {
+		if cursor > saved {
+			r.saveCursor(id, cursor)
+			saved, lastSave = cursor, l.cfg.Now()
+		}
+	}
+	defer flush()
 	failures := 0
 	for ctx.Err() == nil && r.holds(id) {
 		wake := l.cfg.Log.Wait(id) // before Read, so no commit between is missed
@@ -390,7 +403,7 @@ func (r *runner) work(id string, cursor uint64, known bool) {
 			case errors.As(err, &se) && se.Type == sandbox.ECursorPruned && se.Marks != nil:
 				log.Warn("webhooks: events pruned before they were delivered", "after", cursor, "pruned_through", se.Marks.PrunedThrough)
 				cursor = uint64(se.Marks.PrunedThrough)
-				r.saveCursor(id, cursor)
+				flush()
 				continue
 			}
 			failures++
@@ -409,7 +422,6 @@ func (r *runner) work(id string, cursor uint64, known bool) {
 			}
 			continue
 		}
-		passed := false // the cursor moved over events no one was sent
 		for _, rec := range recs {
 			deliver := r.ep.wants(id, rec.Type)
 			if deliver && !known {
@@ -417,27 +429,30 @@ func (r *runner) work(id string, cursor uint64, known bool) {
 				deliver = err != nil || !ts.Before(since)
 			}
 			if !deliver {
-				cursor, passed = rec.ID, true
+				cursor = rec.ID
 				continue
 			}
-			if !r.deliver(id, rec) {
-				if passed {
-					r.saveCursor(id, cursor)
-				}
+			if !r.deliver(id, rec, flush) {
 				return
 			}
-			cursor, passed, known = rec.ID, false, true
+			cursor, known = rec.ID, true
+			r.advance(id, cursor)
+			if l.cfg.Now().Sub(lastSave) >= saveEvery {
+				flush()
+			}
 		}
-		if passed {
-			r.saveCursor(id, cursor)
-		}
+		flush()
 	}
 }
 
-// deliver posts rec until the receiver takes it, then moves the cursor
-// past it. It returns false when the runner stopped first, or disabled
-// the endpoint.
-func (r *runner) deliver(id string, rec sandbox.Record) bool {
+// saveEvery bounds how long a worker delivering without pause keeps its
+// progress in memory only.
+const saveEvery = 200 * time.Millisecond
+
+// deliver posts rec until the receiver takes it; the caller moves the
+// cursor past it. It calls flush before the first wait for a retry. It
+// returns false when the runner stopped first, or disabled the endpoint.
+func (r *runner) deliver(id string, rec sandbox.Record, flush func()) bool {
 	ctx, l := r.ctx, r.l
 	body, err := Body(rec)
 	if err != nil {
@@ -459,9 +474,7 @@ func (r *runner) deliver(id string, rec sandbox.Record) bool {
 		a := post(ctx, l.cfg.Client, &r.ep, r.signer, now, id, rec, body)
 		a.N = n
 		<-r.sem
-		if a.OK() {
-			r.saveCursor(id, rec.ID)
-		} else if ctx.Err() != nil {
+		if !a.OK() && ctx.Err() != nil {
 			return false
 		}
 		if first.IsZero() {
@@ -484,6 +497,9 @@ func (r *runner) deliver(id string, rec sandbox.Record) bool {
 		}
 		l.log.Warn("webhooks: delivery failed", "endpoint", r.ep.ID, "sandbox", id, "event", rec.ID,
 			"attempt", n, "status", a.Status, "err", a.Err, "retry_in", delay.Round(time.Millisecond))
+		if n == 1 {
+			flush()
+		}
 		if !sleepOrWake(ctx, delay, wakeUp) {
 			return false
 		}
@@ -508,10 +524,16 @@ func (r *runner) disable(reason string) {
 	l.Kick()
 }
 
-func (r *runner) saveCursor(id string, cursor uint64) {
+// advance records in memory that the endpoint is done with sandbox id's
+// log through cursor.
+func (r *runner) advance(id string, cursor uint64) {
 	r.mu.Lock()
 	r.cursors[id] = max(r.cursors[id], cursor)
 	r.mu.Unlock()
+}
+
+func (r *runner) saveCursor(id string, cursor uint64) {
+	r.advance(id, cursor)
 	// Not the runner's context: a cursor earned by a 2xx is kept even
 	// when the loop is closing.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.l.ctx), cursorTimeout)

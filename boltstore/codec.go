@@ -17,6 +17,7 @@ import (
 var (
 	bucketSandboxes  = []byte("sandboxes")
 	bucketWAL        = []byte("wal")
+	bucketUnsettled  = []byte("unsettled")
 	bucketEvents     = []byte("events")
 	bucketTurns      = []byte("turns")
 	bucketApprovals  = []byte("approvals")

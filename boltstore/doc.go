@@ -26,6 +26,8 @@
 //	                then the envelope JSON as served
 //	    turns/      turn id -> sandbox.Turn JSON
 //	    approvals/  approval id -> sandbox.Approval JSON
+//	unsettled/                      top-level bucket: sandbox id -> empty, for each
+//	                                sandbox whose meta is not sandbox.Settled
 //	webhooks/                       top-level bucket (see Webhooks)
 //	  <endpoint id>/                one nested bucket per webhook endpoint
 //	    endpoint  the endpoint's record, JSON opaque to the store
@@ -237,10 +239,21 @@
 // A crash between a commit and its materialization therefore loses nothing
 // and reuses no id.
 //
-// What a start reads per sandbox past Open: its meta, to list it
-// (recovery reads a state only where meta shows a current turn or an agent
-// that was running), and, in the first retention pass, its compaction mark,
-// the head of its state (LogBytes) and its oldest event, for its age.
+// What a start reads per sandbox past Open: in the first retention pass,
+// its meta, its compaction mark, the head of its state (LogBytes) and its
+// oldest event, for its age. Recovery, before the server answers, reads
+// the unsettled bucket and the state of the sandboxes it lists (a current
+// or queued turn, an agent that may have been running), no other: listing
+// every meta, each in a bucket of its own scattered over the file, cost
+// about 150 µs a sandbox with the page cache dropped, 0.3 s of a start on
+// 2,000 sandboxes (BENCHMARKS.md, coldstart). The bucket changes in the
+// transaction that writes a meta (a create, a materialization, a prune or
+// a compaction, a replay) or drops a sandbox, and only when the sandbox
+// goes in or out: it is read first, so a meta written without such a change
+// dirties none of its pages. It follows the metas, not the WAL; what only
+// the WAL holds is in memory, which Unsettled consults. A file written
+// before the bucket existed gets it at its open, from every meta, once;
+// Check compares it with the metas.
 //
 // # The file under the store
 //

@@ -354,13 +354,15 @@ func (s *Store) Check() error {
 // checkLayout checks what the store keeps true at every commit: each
 // sandbox's meta and state agree on its watermarks, its state counts the
 // bytes its events bucket holds, its events bucket's sequence is its last
-// id and no key is above it; and the WAL entries its buckets do not hold
-// yet continue its ids densely from there.
+// id and no key is above it; the WAL entries its buckets do not hold
+// yet continue its ids densely from there; and the unsettled bucket lists
+// exactly the sandboxes whose meta is not settled (checkUnsettled).
 func checkLayout(tx *bbolt.Tx) []error {
 	var errs []error
 	wal, root := tx.Bucket(bucketWAL), tx.Bucket(bucketSandboxes)
 	next := make(map[string]uint64) // the id the sandbox's next WAL record must have
 	marks := make(map[string]uint64)
+	open := make(map[string]bool) // each sandbox: whether its meta is unsettled
 	err := root.ForEachBucket(func(k []byte) error {
 		id, b := string(k), root.Bucket(k)
 		events := b.Bucket(bucketEvents)
@@ -372,6 +374,10 @@ func checkLayout(tx *bbolt.Tx) []error {
 		if err != nil {
 			errs = append(errs, err)
 			return nil
+		}
+		var sb sandbox.Sandbox
+		if err := json.Unmarshal(b.Get(keyMeta), &sb); err == nil {
+			open[id] = !sandbox.Settled(sb)
 		}
 		var st struct {
 			Sandbox  sandbox.Marks `json:"sandbox"`
@@ -407,6 +413,7 @@ func checkLayout(tx *bbolt.Tx) []error {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, checkUnsettled(tx, open)...)
 	if wal == nil {
 		return errs
 	}

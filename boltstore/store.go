@@ -317,7 +317,7 @@ func open(path string, opts Options, limits walLimits, test *testHooks) (*Store,
 	bopts := boltOptions(opts.Timeout)
 	bopts.OpenFile = handTo(f)
 	var db *bbolt.DB
-	var replayed int
+	var replayed, built int
 	err = guard(path, opts.Logger, func() error {
 		var err error
 		if db, err = bbolt.Open(path, 0o600, bopts); err != nil {
@@ -329,8 +329,21 @@ func open(path string, opts Options, limits walLimits, test *testHooks) (*Store,
 				return err
 			}
 			var err error
-			if replayed, err = replayWAL(tx); err != nil {
+			u, build := tx.Bucket(bucketUnsettled), false
+			if u == nil {
+				if u, err = tx.CreateBucket(bucketUnsettled); err != nil {
+					return err
+				}
+				build = true
+			}
+			if replayed, err = replayWAL(tx, u); err != nil {
 				return &DamagedError{Path: path, Problem: fmt.Sprintf("its write-ahead log cannot be replayed (%v)", err)}
+			}
+			if build {
+				// A file written before the bucket existed: listed once.
+				if built, err = buildUnsettled(tx, u); err != nil {
+					return &DamagedError{Path: path, Problem: fmt.Sprintf("its sandboxes cannot be listed (%v)", err)}
+				}
 			}
 			return nil
 		})
@@ -349,6 +362,9 @@ func open(path string, opts Options, limits walLimits, test *testHooks) (*Store,
 	}
 	if replayed > 0 {
 		opts.Logger.Info("event store: replayed the WAL of an unclean shutdown", "path", path, "entries", replayed)
+	}
+	if built > 0 {
+		opts.Logger.Info("event store: listed the sandboxes that a start recovers, once, for a file written before the store kept them", "path", path, "sandboxes", built)
 	}
 	// The exclusive lock is held: no compaction runs, so a copy of one
 	// beside the file was left by one that was interrupted.

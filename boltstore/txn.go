@@ -17,6 +17,7 @@ type txn struct {
 	s       *Store
 	root    *bbolt.Bucket // sandboxes
 	wal     *bbolt.Bucket
+	settle  *bbolt.Bucket // unsettled
 	pending map[string]*pending
 	order   []*pending // in first-touch order; a recreated id appears twice
 	dirty   bool
@@ -67,7 +68,10 @@ func (t *txn) begin(tx *bbolt.Tx) error {
 		return err
 	}
 	wal.FillPercent = 1 // append-only: full pages, no room kept for inserts
-	t.root, t.wal = tx.Bucket(bucketSandboxes), wal
+	t.root, t.wal, t.settle = tx.Bucket(bucketSandboxes), wal, tx.Bucket(bucketUnsettled)
+	if t.settle == nil {
+		return errors.New("the unsettled bucket is missing")
+	}
 	tx.OnCommit(func() {
 		st := tx.Stats()
 		t.wrote = st.GetWriteTime()
@@ -214,7 +218,15 @@ func (t *txn) flush() error {
 		return err
 	}
 	for _, p := range t.order {
-		if p.dropped || !p.direct {
+		if p.dropped {
+			// In order: an id dropped and created again in this
+			// transaction appears twice, the created one last.
+			if err := setUnsettled(t.settle, p.id, false); err != nil {
+				return err
+			}
+			continue
+		}
+		if !p.direct {
 			continue
 		}
 		if !p.changed && !p.moved {
@@ -236,6 +248,9 @@ func (t *txn) flush() error {
 			return fmt.Errorf("sandbox %s: encode meta: %w", p.id, err)
 		}
 		if err := p.b.Put(keyMeta, meta); err != nil {
+			return err
+		}
+		if err := markUnsettled(t.settle, p.id, p.state.Sandbox); err != nil {
 			return err
 		}
 		if err := putState(p.b, p.state); err != nil {

@@ -433,7 +433,9 @@ type replaying struct {
 // with their ids, the state is redone as the committer did it (the stored
 // post-mutate state, then the fold of each record), and the sequence is set
 // to the last id, so ids continue where they were.
-func replayWAL(tx *bbolt.Tx) (applied int, err error) {
+//
+// The unsettled bucket u follows each meta it writes.
+func replayWAL(tx *bbolt.Tx, u *bbolt.Bucket) (applied int, err error) {
 	wal, err := tx.CreateBucketIfNotExists(bucketWAL)
 	if err != nil {
 		return 0, err
@@ -471,6 +473,9 @@ func replayWAL(tx *bbolt.Tx) (applied int, err error) {
 	for _, id := range order {
 		if r := sbs[id]; r.changed {
 			if err := r.flush(id); err != nil {
+				return 0, err
+			}
+			if err := markUnsettled(u, id, r.state.Sandbox); err != nil {
 				return 0, err
 			}
 		}

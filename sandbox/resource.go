@@ -41,6 +41,22 @@ type Sandbox struct {
 	Config *AgentConfig `json:"config,omitempty"`
 }
 
+// Settled reports whether a sandbox is as a restart of the server leaves
+// it: no current or queued turn and an agent that was not running (or
+// starting, or stopping), so recovery has nothing to close. Pending
+// approvals belong to the current turn: a turn's end resolves them in the
+// same append.
+func Settled(sb Sandbox) bool {
+	if sb.CurrentTurn != nil || len(sb.QueuedTurns) > 0 {
+		return false
+	}
+	switch sb.Status {
+	case StatusCreating, StatusBooting, StatusReady, StatusStopping:
+		return false
+	}
+	return true
+}
+
 // Source is where a sandbox's workspace comes from at create.
 type Source struct {
 	Git *GitSource `json:"git,omitempty"`

@@ -21,8 +21,28 @@ import (
 // as the sweep does.
 func (c *Coordinator) Recover(ctx context.Context) error { return c.place.recover(ctx) }
 
+// unsettledLister is what a store may offer recovery: the ids of the
+// sandboxes that are not sandbox.Settled, kept apart so that a start reads
+// only those instead of every sandbox's record (boltstore keeps them in a
+// bucket of their own).
+type unsettledLister interface {
+	Unsettled(ctx context.Context) ([]string, error)
+}
+
 // recoverAll settles every sandbox of the store as left by a restart.
 func (c *Coordinator) recoverAll(ctx context.Context) error {
+	if u, ok := c.store.(unsettledLister); ok {
+		ids, err := u.Unsettled(ctx)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if err := c.recoverOne(ctx, id, serverRestarted); err != nil {
+				return fmt.Errorf("sandbox %s: %w", id, err)
+			}
+		}
+		return nil
+	}
 	after := ""
 	for {
 		list, more, err := c.store.Sandboxes(ctx, after, 100)
@@ -31,7 +51,9 @@ func (c *Coordinator) recoverAll(ctx context.Context) error {
 		}
 		for _, sb := range list {
 			after = sb.ID
-			if settled(sb) {
+			// The listing alone shows a sandbox that recovery leaves as it
+			// is, whose state need not be read.
+			if sandbox.Settled(sb) {
 				continue
 			}
 			if err := c.recoverOne(ctx, sb.ID, serverRestarted); err != nil {
@@ -42,21 +64,6 @@ func (c *Coordinator) recoverAll(ctx context.Context) error {
 			return nil
 		}
 	}
-}
-
-// settled reports whether the listing alone shows a sandbox that recovery
-// leaves as it is: no current turn and an agent that was not running, so
-// its state need not be read. Pending approvals belong to the current
-// turn: a turn's end resolves them in the same append (translate).
-func settled(sb sandbox.Sandbox) bool {
-	if sb.CurrentTurn != nil || len(sb.QueuedTurns) > 0 {
-		return false
-	}
-	switch sb.Status {
-	case sandbox.StatusCreating, sandbox.StatusBooting, sandbox.StatusReady, sandbox.StatusStopping:
-		return false
-	}
-	return true
 }
 
 // settleReason is what the log says about the turns a recovery ends and

@@ -13,11 +13,13 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// stateCounter is a store that records whose state was read.
+// stateCounter is a store that records whose state was read and how often
+// sandboxes were listed.
 type stateCounter struct {
 	*boltstore.Store
-	mu   sync.Mutex
-	read map[string]int
+	mu     sync.Mutex
+	read   map[string]int
+	listed int
 }
 
 func (s *stateCounter) State(ctx context.Context, id string) (sandbox.State, error) {
@@ -27,10 +29,72 @@ func (s *stateCounter) State(ctx context.Context, id string) (sandbox.State, err
 	return s.Store.State(ctx, id)
 }
 
-// Recovery reads the state only of the sandboxes the listing shows open (a
+func (s *stateCounter) Sandboxes(ctx context.Context, after string, limit int) ([]sandbox.Sandbox, bool, error) {
+	s.mu.Lock()
+	s.listed++
+	s.mu.Unlock()
+	return s.Store.Sandboxes(ctx, after, limit)
+}
+
+// listingOnly is a store that does not keep its unsettled sandboxes apart
+// (as natsstore): recovery lists them all.
+type listingOnly struct{ sandbox.Store }
+
+// Recovery reads the state only of the sandboxes that are not settled (a
 // current turn, or an agent that was running): a start costs what the
-// sandboxes' metadata costs, not what their states hold.
+// sandboxes' metadata costs, not what their states hold. A store that
+// keeps the unsettled ones apart is not listed at all.
 func TestRecoverReadsOnlyOpenStates(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store func(*stateCounter) sandbox.Store
+		lists bool
+	}{
+		{"Unsettled", func(sc *stateCounter) sandbox.Store { return sc }, false},
+		{"Listing", func(sc *stateCounter) sandbox.Store { return listingOnly{sc} }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := openRecoverFixture(t)
+			co, err := coordinator.New(coordinator.Config{Store: tc.store(sc), DataDir: t.TempDir(), FlushInterval: 5 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer co.Close()
+			if err := co.Recover(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := sc.listed > 0; got != tc.lists {
+				t.Errorf("sandboxes listed %d times, want listed: %v", sc.listed, tc.lists)
+			}
+			for _, id := range []string{"c_1", "c_2", "c_3"} {
+				if n := sc.read[id]; n != 0 {
+					t.Errorf("%s (settled, no turn): state read %d times, want none", id, n)
+				}
+			}
+			for _, id := range []string{"c_4", "c_5"} {
+				if sc.read[id] == 0 {
+					t.Errorf("%s: state never read, want it settled", id)
+				}
+			}
+			st := sc.Store
+			if sb, _ := st.Sandbox(context.Background(), "c_4"); sb.Status != sandbox.StatusStopped {
+				t.Errorf("c_4 after recovery: %s, want stopped", sb.Status)
+			}
+			if sb, _ := st.Sandbox(context.Background(), "c_5"); sb.CurrentTurn != nil {
+				t.Errorf("c_5 after recovery: current turn %+v, want none", sb.CurrentTurn)
+			}
+			if ids, err := st.Unsettled(context.Background()); err != nil || len(ids) != 0 {
+				t.Errorf("unsettled after recovery: %q, %v; want none", ids, err)
+			}
+		})
+	}
+}
+
+// openRecoverFixture makes five sandboxes as a server's stop leaves them:
+// three settled, one whose agent was running and one stopped with a turn
+// still open.
+func openRecoverFixture(t *testing.T) *stateCounter {
+	t.Helper()
 	st := bolttest.MustOpenAt(t, filepath.Join(t.TempDir(), "sparkles.db"), boltstore.Options{})
 	now := time.Date(2026, 8, 1, 9, 0, 0, 0, time.UTC)
 	statuses := map[string]string{
@@ -49,30 +113,5 @@ func TestRecoverReadsOnlyOpenStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	sc := &stateCounter{Store: st, read: map[string]int{}}
-	co, err := coordinator.New(coordinator.Config{Store: sc, DataDir: t.TempDir(), FlushInterval: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer co.Close()
-	if err := co.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"c_1", "c_2", "c_3"} {
-		if n := sc.read[id]; n != 0 {
-			t.Errorf("%s (%s, no turn): state read %d times, want none", id, statuses[id], n)
-		}
-	}
-	for _, id := range []string{"c_4", "c_5"} {
-		if sc.read[id] == 0 {
-			t.Errorf("%s: state never read, want it settled", id)
-		}
-	}
-	if sb, _ := st.Sandbox(context.Background(), "c_4"); sb.Status != sandbox.StatusStopped {
-		t.Errorf("c_4 after recovery: %s, want stopped", sb.Status)
-	}
-	if sb, _ := st.Sandbox(context.Background(), "c_5"); sb.CurrentTurn != nil {
-		t.Errorf("c_5 after recovery: current turn %+v, want none", sb.CurrentTurn)
-	}
+	return &stateCounter{Store: st, read: map[string]int{}}
 }

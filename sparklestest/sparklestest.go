@@ -81,6 +81,9 @@ type config struct {
 	retention    retention.Config
 	noRetention  bool
 	noConsole    bool
+	// webhookMinBackoff and webhookMaxBackoff bound the delays between
+	// a failed delivery and its retry (0: serve's).
+	webhookMinBackoff, webhookMaxBackoff time.Duration
 }
 
 // Option configures Start.
@@ -163,6 +166,13 @@ func WithoutRetention() Option { return func(c *config) { c.noRetention = true }
 // WithoutConsole serves the API without the web console at /.
 func WithoutConsole() Option { return func(c *config) { c.noConsole = true } }
 
+// WithWebhookBackoff sets the delay after a webhook delivery's first
+// failure, min, which doubles with each failure up to max (serve's: 5 s
+// and 1 h), so a test sees a failing receiver's retries without waiting.
+func WithWebhookBackoff(min, max time.Duration) Option {
+	return func(c *config) { c.webhookMinBackoff, c.webhookMaxBackoff = min, max }
+}
+
 // WithDefaultAgent names the agent of sandboxes created without one
 // (default "demo").
 func WithDefaultAgent(name string) Option { return func(c *config) { c.defaultAgent = name } }
@@ -240,6 +250,8 @@ func (s *Server) start() error {
 		Logger:          s.cfg.logger,
 		// Tests receive webhooks on loopback.
 		WebhookAllowPrivate: true,
+		WebhookMinBackoff:   s.cfg.webhookMinBackoff,
+		WebhookMaxBackoff:   s.cfg.webhookMaxBackoff,
 	}
 	if err := m.Run(context.Background()); err != nil {
 		return errors.Join(err, m.Close())

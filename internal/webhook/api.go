@@ -141,9 +141,18 @@ func (l *Loop) RotateWebhookSecret(ctx context.Context, id string) (sandbox.Crea
 		return sandbox.CreatedWebhook{}, err
 	}
 	ep.Secret = NewSecret()
+	signer, err := standardwebhooks.NewWebhook(ep.Secret)
+	if err != nil {
+		return sandbox.CreatedWebhook{}, err
+	}
 	if err := Put(ctx, l.cfg.Store, ep); err != nil {
 		return sandbox.CreatedWebhook{}, err
 	}
+	// Every attempt from now on signs with the new secret, before the
+	// loop restarts the endpoint's deliveries on its new record.
+	l.mu.Lock()
+	l.rotated[id] = rotation{secret: ep.Secret, signer: signer}
+	l.mu.Unlock()
 	l.Kick()
 	return sandbox.CreatedWebhook{Webhook: l.view(ep), Secret: ep.Secret}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -222,5 +223,44 @@ func TestUpdateWebhook_DisableEnableDelete(t *testing.T) {
 	}
 	if _, err := l.WebhookDeliveries(ctx, created.ID); !sandbox.IsType(err, sandbox.ENotFound) {
 		t.Fatalf("deliveries after delete: %v", err)
+	}
+}
+
+// On a shared store a node starts delivering a sandbox it takes over from
+// the cursor the previous holder saved, not from the cursors it read when
+// the endpoint's deliveries started here.
+func TestLoop_TakeoverResumesFromStoredCursor(t *testing.T) {
+	st := openStore(t)
+	sb := newSandbox(t, st)
+	rcv := newReceiver(t, "")
+	ep := newEndpoint(t, st, rcv.srv.URL)
+	rcv.secret = ep.Secret
+	var mu sync.Mutex
+	held := false
+	holds := func(string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return held
+	}
+	ids := appendEvents(t, st, sb, sandbox.TypeTurnCompleted, sandbox.TypeTurnCompleted, sandbox.TypeTurnCompleted)
+	scans := make(chan struct{}, 1)
+	startLoop(t, st, webhook.Config{Holds: holds, Claim: func(context.Context, string) (bool, error) {
+		select {
+		case scans <- struct{}{}: // the loop looked at the sandbox and did not take it
+		default:
+		}
+		return false, nil
+	}})
+	<-scans
+	// Another node delivered the first two meanwhile.
+	if err := st.SetWebhookCursor(context.Background(), ep.ID, sb, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	held = true
+	mu.Unlock()
+	got := rcv.waitAccepted(t, 1)
+	if id := got[0].eventID(t); id != ids[2] {
+		t.Fatalf("first delivery after the takeover: event %d, want %d", id, ids[2])
 	}
 }

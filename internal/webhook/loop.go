@@ -86,6 +86,15 @@ type Loop struct {
 
 	mu    sync.Mutex
 	stats map[string]*epStats // by endpoint id: kept across its runners
+	// rotated holds the signer of a secret rotated since its endpoint's
+	// runner started, so attempts sign with it at once.
+	rotated map[string]rotation
+}
+
+// rotation is a secret rotated and the signer of it.
+type rotation struct {
+	secret string
+	signer *standardwebhooks.Webhook
 }
 
 // New returns a Loop over cfg; it does nothing until Start.
@@ -119,7 +128,8 @@ func New(cfg Config) *Loop {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Loop{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
-		kick: make(chan struct{}, 1), running: map[string]*runner{}, stats: map[string]*epStats{}}
+		kick: make(chan struct{}, 1), running: map[string]*runner{}, stats: map[string]*epStats{},
+		rotated: map[string]rotation{}}
 }
 
 // Start lists the endpoints at once and then every Interval, in the
@@ -248,6 +258,11 @@ func (l *Loop) startRunner(ctx context.Context, ep Endpoint, rec []byte) (*runne
 	if err != nil {
 		return nil, err
 	}
+	l.mu.Lock()
+	if r := l.rotated[ep.ID]; r.secret == ep.Secret {
+		delete(l.rotated, ep.ID) // the record carries it now
+	}
+	l.mu.Unlock()
 	rctx, cancel := context.WithCancel(ctx)
 	return &runner{l: l, ep: ep, rec: rec, signer: signer, sem: make(chan struct{}, l.cfg.Concurrency),
 		cursors: cursors, ctx: rctx, cancel: cancel, workers: map[string]bool{}, claimed: map[string]time.Time{}}, nil
@@ -375,6 +390,22 @@ func (r *runner) startWorker(id string) {
 func (r *runner) work(id string, cursor uint64, known bool) {
 	ctx, l := r.ctx, r.l
 	log := l.log.With("endpoint", r.ep.ID, "sandbox", id)
+	if l.cfg.Holds != nil {
+		// On a shared store another node may have delivered this sandbox
+		// since the runner loaded its cursors: it resumes from the
+		// cursor that node saved.
+		stored, err := l.cfg.Store.WebhookCursors(ctx, r.ep.ID)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("webhooks: read the endpoint's cursors", "err", err)
+			}
+			return // the next scan starts the worker again
+		}
+		if c, ok := stored[id]; ok && (!known || c > cursor) {
+			cursor, known = c, true
+			r.advance(id, c)
+		}
+	}
 	since := r.ep.CreatedAt.Truncate(time.Millisecond) // events' ts have ms precision
 	// The cursor is saved after each page, saveEvery after the last save,
 	// before a failed attempt's wait and when the worker stops, not after
@@ -471,7 +502,7 @@ func (r *runner) deliver(id string, rec sandbox.Record, flush func()) bool {
 			return false
 		}
 		now := l.cfg.Now()
-		a := post(ctx, l.cfg.Client, &r.ep, r.signer, now, id, rec, body)
+		a := post(ctx, l.cfg.Client, &r.ep, l.signer(r.ep.ID, r.signer), now, id, rec, body)
 		a.N = n
 		<-r.sem
 		if !a.OK() && ctx.Err() != nil {
@@ -588,4 +619,15 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// signer is what signs endpoint id's next attempt: the secret of a
+// rotation newer than the runner, else the runner's own.
+func (l *Loop) signer(id string, own *standardwebhooks.Webhook) *standardwebhooks.Webhook {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r, ok := l.rotated[id]; ok {
+		return r.signer
+	}
+	return own
 }

@@ -227,46 +227,54 @@ func TestAppendMutate(t *testing.T) {
 
 func TestRead(t *testing.T) {
 	ctx := context.Background()
-	for _, cache := range []int{1, 3, 1024} { // disk only, mixed, memory only
-		t.Run(fmt.Sprintf("Cache%d", cache), func(t *testing.T) {
-			s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: cache})
-			mustCreate(t, s, "c_1")
-			for range 6 {
-				mustAppend(t, s, "c_1", textEvents(1)...)
-			}
-			for after := uint64(0); after <= 6; after++ {
-				for _, limit := range []int{1, 2, 10} {
-					want := seq(after+1, min(after+uint64(limit), 6))
-					if got := recordIDs(mustRead(t, s, "c_1", after, limit)); !slices.Equal(got, want) {
-						t.Fatalf("Read(after %d, limit %d) = %v, want %v", after, limit, got, want)
-					}
-				}
-			}
-			t.Run("ErrCursorStale", func(t *testing.T) {
-				_, err := s.Read(ctx, "c_1", 7, 10)
-				var serr *sandbox.Error
-				if !errors.As(err, &serr) || serr.Type != sandbox.ECursorStale || serr.Marks == nil {
-					t.Fatalf("err = %v, want cursor_stale with marks", err)
-				}
-				if got, want := *serr.Marks, (sandbox.Marks{OldestEventID: 1, LastEventID: 6}); got != want {
-					t.Fatalf("marks = %+v, want %+v", got, want)
-				}
-			})
-			t.Run("ErrInvalidRequest", func(t *testing.T) {
-				_, err := s.Read(ctx, "c_1", 0, 0)
-				if got, want := errType(err), sandbox.EInvalidRequest; got != want {
-					t.Fatalf("err = %v, want %s", err, want)
-				}
-			})
-		})
+	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{})
+	mustCreate(t, s, "c_1")
+	for range 6 {
+		mustAppend(t, s, "c_1", textEvents(1)...)
 	}
+	check := func(t *testing.T) {
+		for after := uint64(0); after <= 6; after++ {
+			for _, limit := range []int{1, 2, 10} {
+				want := seq(after+1, min(after+uint64(limit), 6))
+				if got := recordIDs(mustRead(t, s, "c_1", after, limit)); !slices.Equal(got, want) {
+					t.Fatalf("Read(after %d, limit %d) = %v, want %v", after, limit, got, want)
+				}
+			}
+		}
+	}
+	if got, want := tailLen(s, "c_1"), 6; got != want {
+		t.Fatalf("records only in the WAL = %d, want %d", got, want)
+	}
+	t.Run("WAL", check)
+	mustFlush(t, s)
+	if got := tailLen(s, "c_1"); got != 0 {
+		t.Fatalf("records only in the WAL after a flush = %d, want 0", got)
+	}
+	t.Run("File", check)
+	t.Run("ErrCursorStale", func(t *testing.T) {
+		_, err := s.Read(ctx, "c_1", 7, 10)
+		var serr *sandbox.Error
+		if !errors.As(err, &serr) || serr.Type != sandbox.ECursorStale || serr.Marks == nil {
+			t.Fatalf("err = %v, want cursor_stale with marks", err)
+		}
+		if got, want := *serr.Marks, (sandbox.Marks{OldestEventID: 1, LastEventID: 6}); got != want {
+			t.Fatalf("marks = %+v, want %+v", got, want)
+		}
+	})
+	t.Run("ErrInvalidRequest", func(t *testing.T) {
+		_, err := s.Read(ctx, "c_1", 0, 0)
+		if got, want := errType(err), sandbox.EInvalidRequest; got != want {
+			t.Fatalf("err = %v, want %s", err, want)
+		}
+	})
 }
 
-// TestAppendConcurrent runs the shared concurrency test with a cache
-// smaller than the backlog, so readers that fall behind read the file, and
-// checks that no reader sees an id before its commit.
+// TestAppendConcurrent runs the shared concurrency test with a WAL that
+// is moved into the buckets every few dozen records, so readers that fall
+// behind read the file, and checks that no reader sees an id before its
+// commit.
 func TestAppendConcurrent(t *testing.T) {
-	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: 16, MaxBatch: 64})
+	s := mustOpenLimits(t, t.TempDir()+"/sparkles.db", Options{MaxBatch: 64}, walLimits{maxRecords: 48})
 	var mu sync.Mutex
 	committed := make(map[string]uint64)
 	s.hooks().afterCommit = func(last map[string]uint64) {
@@ -295,10 +303,10 @@ func TestAppendConcurrent(t *testing.T) {
 // is synced, so only what is published counts.
 func TestVisibility(t *testing.T) {
 	ctx := context.Background()
-	// A one-record cache sends a read from the start to the file.
-	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: 1})
+	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{})
 	mustCreate(t, s, "c_1")
 	mustAppend(t, s, "c_1", textEvents(2)...)
+	mustFlush(t, s) // so a read from the start goes to the file
 
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -318,7 +326,7 @@ func TestVisibility(t *testing.T) {
 			t.Fatalf("Read(0) = %v, want %v", got, want)
 		}
 	})
-	t.Run("ReadCache", func(t *testing.T) {
+	t.Run("ReadHead", func(t *testing.T) {
 		if got := mustRead(t, s, "c_1", 2, 10); len(got) != 0 {
 			t.Fatalf("Read(2) = %v, want nothing", recordIDs(got))
 		}

@@ -195,8 +195,8 @@ func (s *Store) observe(t *txn, took time.Duration) {
 	}
 }
 
-// publish makes a committed transaction visible: resources, states, recent
-// records and watermarks change together under one lock, then, once it is
+// publish makes a committed transaction visible: resources, states, WAL
+// tails and watermarks change together under one lock, then, once it is
 // let go, waiters wake.
 // It also moves the WAL's bookkeeping: a sandbox written through the WAL
 // grows its tail, one whose buckets were brought up to date loses it.
@@ -222,7 +222,6 @@ func (s *Store) publish(t *txn) {
 		e := s.sandboxes[p.id]
 		if p.dropped {
 			if e != nil {
-				s.cache.forget(e)
 				s.dropTail(e, p.id)
 				wake(e)
 				delete(s.sandboxes, p.id)
@@ -231,11 +230,10 @@ func (s *Store) publish(t *txn) {
 		}
 		if p.created || e == nil {
 			if e != nil {
-				s.cache.forget(e)
 				s.dropTail(e, p.id)
 				wake(e)
 			}
-			e = &entry{ring: ring{from: p.base + 1}}
+			e = &entry{}
 			s.sandboxes[p.id] = e
 		}
 		if p.direct {
@@ -247,24 +245,8 @@ func (s *Store) publish(t *txn) {
 			continue
 		}
 		e.sb, e.state = p.state.Sandbox, p.state
-		held := e.ring.bytes
-		for _, r := range p.recs {
-			e.ring.push(r.rec, s.cacheSize)
-		}
-		// A record leaves the cache in the same critical section that
-		// publishes the watermark which removes it, so the cache never
-		// serves a pruned or compacted record.
-		if p.pruned {
-			through := uint64(p.state.Sandbox.PrunedThrough)
-			e.ring.remove(func(id uint64) bool { return id <= through })
-		}
-		if len(p.compacted) > 0 {
-			e.ring.remove(func(id uint64) bool { _, ok := p.compacted[id]; return ok })
-		}
-		s.cache.written(e, held)
 		wake(e)
 	}
-	s.cache.trim()
 }
 
 // forget drops the cached states a failed transaction touched. Nothing of it

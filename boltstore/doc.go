@@ -151,20 +151,28 @@
 //
 // Until it is materialized, what a sandbox has only in the WAL is kept in
 // memory (its walTail): the records, which are the newest of its log, and
-// the turns and approvals its events changed. Read serves them (and the
-// recent records cache), and reads older ids from the events bucket,
-// stitching the two at the first id the bucket lacks; Turn and Approval look
-// in memory before the file.
+// the turns and approvals its events changed. Read serves those records
+// from memory and older ids from the events bucket, stitching the two at
+// the first id the bucket lacks; a cursor at the head reads nothing. Turn
+// and Approval look in memory before the file.
 //
-// The recent records cache keeps each sandbox's newest records (its ring,
-// up to CacheSize records and 8 MiB) for the streams at its tail, and holds
-// at most CacheBytes (64 MiB) for all sandboxes together: past it, the
-// rings of the sandboxes written least recently are emptied, and reads of
-// what they held go to the file. Without that bound the server that wrote
-// coldstart's data dir (2,000 sandboxes of 1,000 events) held 1,294 MiB of
-// Go heap after it, the whole log; with it, 95 MiB (sparkles bench,
-// coldstart). Under the product's load the bound changed neither the CPU
-// per event nor the p99 beyond the runs' spread.
+// No other copy of the records is kept in memory. An earlier version kept
+// each sandbox's newest records (up to 1,024 and 8 MiB) in a ring for the
+// streams at its tail, at most 64 MiB for all sandboxes together: without
+// that bound the server that wrote coldstart's data dir (2,000 sandboxes
+// of 1,000 events) held 1,294 MiB of Go heap after it, with it 95 MiB
+// (sparkles bench, coldstart). The ring sped up only the reads of records
+// already moved out of the WAL, as a stream that reconnects behind the
+// tail makes: the 100 records behind the head of a materialized log of
+// 2,000 took 6.4-11.5 µs from it and 74-236 µs from the file
+// (BenchmarkReadRecent, removed with the ring, 2026-12-05, load average
+// 9). The reads of the streams at the tail were not among them: the
+// server's shared tails read each commit's records while the WAL still
+// holds them. Under the product's load (sparkles bench, latency, server in
+// a child process, two alternating runs each at load average 10-13) the
+// server's CPU per event was 41.9-59.7 µs with the ring and 42.8-55.7 µs
+// with a ring that held nothing, and the p99 moved no more than the runs'
+// spread. So the ring went, and the up to 64 MiB of heap it held with it.
 //
 // Nothing else is in the committer. Earlier versions pipelined batches of
 // appends (one committing while the next was prepared on top of its

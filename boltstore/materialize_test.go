@@ -24,89 +24,85 @@ func tailLen(s *Store, id string) int {
 }
 
 // TestReadStraddle reads a log whose first records are in the events bucket
-// and whose last ones only in the WAL, at every cursor, with a cache that
-// holds none, some or all of them: no gap, no duplicate, in order.
+// and whose last ones only in the WAL, at every cursor: no gap, no
+// duplicate, in order.
 func TestReadStraddle(t *testing.T) {
 	ctx := context.Background()
-	for _, cache := range []int{1, 3, 6, 1024} {
-		t.Run(fmt.Sprintf("Cache%d", cache), func(t *testing.T) {
-			s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: cache})
-			mustCreate(t, s, "c_1")
-			mustAppend(t, s, "c_1", textEvents(4)...)
-			mustAppend(t, s, "c_1", textEvents(2)...)
-			mustFlush(t, s)
-			for range 4 {
-				mustAppend(t, s, "c_1", textEvents(1)...)
+	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{})
+	mustCreate(t, s, "c_1")
+	mustAppend(t, s, "c_1", textEvents(4)...)
+	mustAppend(t, s, "c_1", textEvents(2)...)
+	mustFlush(t, s)
+	for range 4 {
+		mustAppend(t, s, "c_1", textEvents(1)...)
+	}
+	if got, want := tailLen(s, "c_1"), 4; got != want {
+		t.Fatalf("records only in the WAL = %d, want %d", got, want)
+	}
+	check := func(t *testing.T, first, last uint64) {
+		t.Helper()
+		for after := uint64(0); after <= last; after++ {
+			if after != 0 && after+1 < first {
+				continue // pruned
 			}
-			if got, want := tailLen(s, "c_1"), 4; got != want {
-				t.Fatalf("records only in the WAL = %d, want %d", got, want)
-			}
-			check := func(t *testing.T, first, last uint64) {
-				t.Helper()
-				for after := uint64(0); after <= last; after++ {
-					if after != 0 && after+1 < first {
-						continue // pruned
-					}
-					for _, limit := range []int{1, 2, 3, 5, 20} {
-						from := max(after+1, first)
-						want := seq(from, min(from+uint64(limit)-1, last))
-						read := mustRead(t, s, "c_1", after, limit)
-						if got := recordIDs(read); !slices.Equal(got, want) {
-							t.Fatalf("Read(after %d, limit %d) = %v, want %v", after, limit, got, want)
-						}
-						// Scan visits the same records, byte for byte.
-						scanned := []sandbox.Record{}
-						err := s.Scan(ctx, "c_1", after, limit, func(rec sandbox.Record) error {
-							rec.JSON = bytes.Clone(rec.JSON) // valid during the call only
-							scanned = append(scanned, rec)
-							return nil
-						})
-						if err != nil {
-							t.Fatal(err)
-						}
-						if got, want := mustJSON(t, scanned), mustJSON(t, append([]sandbox.Record{}, read...)); got != want {
-							t.Fatalf("Scan(after %d, limit %d) = %s, want %s", after, limit, got, want)
-						}
-					}
+			for _, limit := range []int{1, 2, 3, 5, 20} {
+				from := max(after+1, first)
+				want := seq(from, min(from+uint64(limit)-1, last))
+				read := mustRead(t, s, "c_1", after, limit)
+				if got := recordIDs(read); !slices.Equal(got, want) {
+					t.Fatalf("Read(after %d, limit %d) = %v, want %v", after, limit, got, want)
 				}
-			}
-			t.Run("OK", func(t *testing.T) { check(t, 1, 10) })
-			t.Run("Pruned", func(t *testing.T) {
-				if _, err := s.Prune(ctx, "c_1", 3, 10); err != nil {
-					t.Fatal(err)
-				}
-				mustAppend(t, s, "c_1", textEvents(2)...)
-				if got := tailLen(s, "c_1"); got != 2 {
-					t.Fatalf("records only in the WAL = %d, want 2", got)
-				}
-				check(t, 4, 12)
-			})
-			t.Run("Records", func(t *testing.T) {
-				// What is read from the bucket and from memory is the same
-				// record, byte for byte.
-				mem := mustRead(t, s, "c_1", 10, 10)
-				mustFlush(t, s)
-				var disk []sandbox.Record
-				_, err := s.readFile(ctx, "c_1", 10, 10, 12, sandbox.Marks{LastEventID: 12, PrunedThrough: 3}, true, func(rec sandbox.Record) error {
-					disk = append(disk, rec)
+				// Scan visits the same records, byte for byte.
+				scanned := []sandbox.Record{}
+				err := s.Scan(ctx, "c_1", after, limit, func(rec sandbox.Record) error {
+					rec.JSON = bytes.Clone(rec.JSON) // valid during the call only
+					scanned = append(scanned, rec)
 					return nil
 				})
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got, want := mustJSON(t, disk), mustJSON(t, mem); got != want {
-					t.Fatalf("from the file %s, from memory %s", got, want)
+				if got, want := mustJSON(t, scanned), mustJSON(t, append([]sandbox.Record{}, read...)); got != want {
+					t.Fatalf("Scan(after %d, limit %d) = %s, want %s", after, limit, got, want)
 				}
-			})
-		})
+			}
+		}
 	}
+	t.Run("OK", func(t *testing.T) { check(t, 1, 10) })
+	t.Run("Pruned", func(t *testing.T) {
+		if _, err := s.Prune(ctx, "c_1", 3, 10); err != nil {
+			t.Fatal(err)
+		}
+		mustAppend(t, s, "c_1", textEvents(2)...)
+		if got := tailLen(s, "c_1"); got != 2 {
+			t.Fatalf("records only in the WAL = %d, want 2", got)
+		}
+		check(t, 4, 12)
+	})
+	t.Run("Records", func(t *testing.T) {
+		// What is read from the bucket and from memory is the same
+		// record, byte for byte.
+		mem := mustRead(t, s, "c_1", 10, 10)
+		mustFlush(t, s)
+		var disk []sandbox.Record
+		_, err := s.readFile(ctx, "c_1", 10, 10, 12, sandbox.Marks{LastEventID: 12, PrunedThrough: 3}, true, func(rec sandbox.Record) error {
+			disk = append(disk, rec)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := mustJSON(t, disk), mustJSON(t, mem); got != want {
+			t.Fatalf("from the file %s, from memory %s", got, want)
+		}
+	})
 }
 
 // TestScanStops checks that an error from Scan's callback ends the scan,
 // from the file and from memory, and is what Scan returns.
 func TestScanStops(t *testing.T) {
 	ctx := context.Background()
-	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: 1})
+	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{})
 	mustCreate(t, s, "c_1")
 	mustAppend(t, s, "c_1", textEvents(5)...)
 	mustFlush(t, s)
@@ -202,7 +198,7 @@ func TestMaterializeConcurrent(t *testing.T) {
 	)
 	ctx := context.Background()
 	path := t.TempDir() + "/sparkles.db"
-	s := mustOpenLimits(t, path, Options{CacheSize: 8, MaxBatch: 16},
+	s := mustOpenLimits(t, path, Options{MaxBatch: 16},
 		walLimits{maxRecords: 30, maxBytes: 1 << 20, chunkRecords: 10, chunkBytes: 1 << 20, truncateBatch: 7})
 	var materialized atomic.Int64
 	s.hooks().afterMaterialize = func() { materialized.Add(1) }

@@ -63,38 +63,3 @@ func TestObserver(t *testing.T) {
 		t.Fatalf("observed write times: %v", obs.bad)
 	}
 }
-
-func TestRingBounds(t *testing.T) {
-	var r ring
-	r.from = 1
-	big := make([]byte, 3<<20)
-	for id := uint64(1); id <= 10; id++ {
-		r.push(sandbox.Record{ID: id, JSON: big}, 1024)
-	}
-	if r.bytes > ringMaxBytes+len(big) {
-		t.Fatalf("ring holds %d bytes, bound %d", r.bytes, ringMaxBytes)
-	}
-	h := r.held()
-	if h[0].ID != r.from || h[len(h)-1].ID != 10 || len(h) >= 10 {
-		t.Fatalf("ring holds ids %d..%d with from %d", h[0].ID, h[len(h)-1].ID, r.from)
-	}
-	if r.covers(r.from - 2) {
-		t.Fatal("ring claims records it evicted")
-	}
-	for id := uint64(11); id <= 2000; id++ {
-		r.push(sandbox.Record{ID: id, JSON: []byte("x")}, 100)
-	}
-	h = r.held()
-	if got, want := len(h), 100; got != want {
-		t.Fatalf("held %d records, want %d", got, want)
-	}
-	if h[0].ID != 1901 || h[99].ID != 2000 || r.from != 1901 {
-		t.Fatalf("held ids %d..%d, from %d", h[0].ID, h[99].ID, r.from)
-	}
-	if len(r.buf) > 300 {
-		t.Fatalf("ring slice grew to %d for 100 held records", len(r.buf))
-	}
-	if got := r.read(1950, 10); len(got) != 10 || got[0].ID != 1951 {
-		t.Fatalf("read after 1950: %d records from %d", len(got), got[0].ID)
-	}
-}

@@ -65,7 +65,7 @@ func (s *Store) loaded(id string, withState bool) (*entry, *sandbox.State, error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e = s.sandboxes[id]; e == nil {
-		e = &entry{sb: sb, ring: ring{from: uint64(sb.LastEventID) + 1}}
+		e = &entry{sb: sb}
 		s.sandboxes[id] = e
 	}
 	if st != nil && e.state == nil {
@@ -75,10 +75,9 @@ func (s *Store) loaded(id string, withState bool) (*entry, *sandbox.State, error
 }
 
 // Read returns up to limit retained events with id > after, in order; see
-// sandbox.Store. Near the tail it is served from memory: the recent
-// records cache, or the records only the WAL holds so far, which are the
-// newest of the log. Older cursors cost one short read transaction, whose
-// records are followed by those from memory where the bucket ends.
+// sandbox.Store. The records only the WAL holds so far, the newest of the
+// log, are served from memory; older ones cost one short read transaction,
+// whose records are followed by those from memory where the bucket ends.
 func (s *Store) Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error) {
 	l, err := s.locate(id, after, limit)
 	if err != nil || !l.file {
@@ -141,8 +140,8 @@ type located struct {
 }
 
 // locate checks the cursor and takes what memory holds of the up to limit
-// records after it: all of them from the recent records cache or the WAL
-// tail, or the tail that follows what the file must give.
+// records after it: all of them from the WAL tail, or the part of it that
+// follows what the file must give.
 func (s *Store) locate(id string, after uint64, limit int) (located, error) {
 	if limit < 1 {
 		return located{}, sandbox.Errorf(sandbox.EInvalidRequest, "read %s: limit must be at least 1, got %d", id, limit)
@@ -163,23 +162,19 @@ func (s *Store) locate(id string, after uint64, limit int) (located, error) {
 	if err := marks.CheckCursor(id, after); err != nil {
 		return located{}, err
 	}
-	if e.ring.covers(max(after, uint64(marks.PrunedThrough))) {
-		return located{mem: e.ring.read(after, limit)}, nil
-	}
 	// The bucket holds every retained record up to upto; the WAL tail
-	// holds the rest.
-	l := located{file: true, upto: uint64(marks.LastEventID), marks: marks}
+	// holds the rest. A cursor at or past upto needs nothing of the file,
+	// so a stream at the head of a log the WAL no longer holds costs no
+	// read transaction.
+	l := located{upto: uint64(marks.LastEventID), marks: marks}
 	if w := e.wal; w != nil && len(w.recs) > 0 {
 		l.upto = w.recs[0].rec.ID - 1
-		from := 0
-		if after >= l.upto {
-			from = sort.Search(len(w.recs), func(i int) bool { return w.recs[i].rec.ID > after })
-			l.file = false
-		}
+		from := sort.Search(len(w.recs), func(i int) bool { return w.recs[i].rec.ID > after })
 		for _, r := range w.recs[from:min(len(w.recs), from+limit)] {
 			l.mem = append(l.mem, r.rec)
 		}
 	}
+	l.file = after < l.upto
 	return l, nil
 }
 

@@ -26,68 +26,64 @@ func wantCursorErr(t *testing.T, s *Store, id string, after uint64, typ string, 
 
 func TestPrune(t *testing.T) {
 	ctx := context.Background()
-	for _, cache := range []int{2, 1024} { // the tail in memory, or all of it
-		t.Run(fmt.Sprintf("Cache%d", cache), func(t *testing.T) {
-			s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: cache})
-			mustCreate(t, s, "c_1")
-			mustAppend(t, s, "c_1", textEvents(10)...)
+	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{})
+	mustCreate(t, s, "c_1")
+	mustAppend(t, s, "c_1", textEvents(10)...)
 
-			t.Run("OK", func(t *testing.T) {
-				removed, err := s.Prune(ctx, "c_1", 4, 3)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got, want := removed, 4; got != want {
-					t.Fatalf("removed = %d, want %d", got, want)
-				}
-				storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
-				if got, want := recordIDs(mustRead(t, s, "c_1", 0, 100)), seq(5, 10); !slices.Equal(got, want) {
-					t.Fatalf("Read(0) = %v, want %v", got, want)
-				}
-				if got, want := recordIDs(mustRead(t, s, "c_1", 4, 100)), seq(5, 10); !slices.Equal(got, want) {
-					t.Fatalf("Read(4) = %v, want %v", got, want)
-				}
-			})
-			t.Run("ErrCursorPruned", func(t *testing.T) {
-				wantCursorErr(t, s, "c_1", 3, sandbox.ECursorPruned, sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
-			})
-			t.Run("ErrCursorStale", func(t *testing.T) {
-				wantCursorErr(t, s, "c_1", 11, sandbox.ECursorStale, sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
-			})
-			t.Run("NeverBackwards", func(t *testing.T) {
-				removed, err := s.Prune(ctx, "c_1", 2, 3)
-				if err != nil || removed != 0 {
-					t.Fatalf("Prune(2) = %d, %v; want 0, nil", removed, err)
-				}
-				storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
-			})
-			t.Run("All", func(t *testing.T) {
-				removed, err := s.Prune(ctx, "c_1", 100, 4)
-				if err != nil || removed != 6 {
-					t.Fatalf("Prune(100) = %d, %v; want 6, nil", removed, err)
-				}
-				// pruned_through is the highest id removed, not the argument.
-				marks := sandbox.Marks{OldestEventID: 0, PrunedThrough: 10, LastEventID: 10}
-				storetest.WantMarks(t, s, "c_1", marks)
-				if got := mustRead(t, s, "c_1", 0, 100); len(got) != 0 {
-					t.Fatalf("Read(0) = %v, want nothing", recordIDs(got))
-				}
-				if got := mustRead(t, s, "c_1", 10, 100); len(got) != 0 {
-					t.Fatalf("Read(10) = %v, want nothing", recordIDs(got))
-				}
-				wantCursorErr(t, s, "c_1", 9, sandbox.ECursorPruned, marks)
-			})
-			t.Run("AppendAfter", func(t *testing.T) {
-				if got, want := mustAppend(t, s, "c_1", textEvents(2)...), []uint64{11, 12}; !slices.Equal(got, want) {
-					t.Fatalf("ids = %v, want %v", got, want)
-				}
-				storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 11, PrunedThrough: 10, LastEventID: 12})
-				if got, want := recordIDs(mustRead(t, s, "c_1", 0, 100)), []uint64{11, 12}; !slices.Equal(got, want) {
-					t.Fatalf("Read(0) = %v, want %v", got, want)
-				}
-			})
-		})
-	}
+	t.Run("OK", func(t *testing.T) {
+		removed, err := s.Prune(ctx, "c_1", 4, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := removed, 4; got != want {
+			t.Fatalf("removed = %d, want %d", got, want)
+		}
+		storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
+		if got, want := recordIDs(mustRead(t, s, "c_1", 0, 100)), seq(5, 10); !slices.Equal(got, want) {
+			t.Fatalf("Read(0) = %v, want %v", got, want)
+		}
+		if got, want := recordIDs(mustRead(t, s, "c_1", 4, 100)), seq(5, 10); !slices.Equal(got, want) {
+			t.Fatalf("Read(4) = %v, want %v", got, want)
+		}
+	})
+	t.Run("ErrCursorPruned", func(t *testing.T) {
+		wantCursorErr(t, s, "c_1", 3, sandbox.ECursorPruned, sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
+	})
+	t.Run("ErrCursorStale", func(t *testing.T) {
+		wantCursorErr(t, s, "c_1", 11, sandbox.ECursorStale, sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
+	})
+	t.Run("NeverBackwards", func(t *testing.T) {
+		removed, err := s.Prune(ctx, "c_1", 2, 3)
+		if err != nil || removed != 0 {
+			t.Fatalf("Prune(2) = %d, %v; want 0, nil", removed, err)
+		}
+		storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 5, PrunedThrough: 4, LastEventID: 10})
+	})
+	t.Run("All", func(t *testing.T) {
+		removed, err := s.Prune(ctx, "c_1", 100, 4)
+		if err != nil || removed != 6 {
+			t.Fatalf("Prune(100) = %d, %v; want 6, nil", removed, err)
+		}
+		// pruned_through is the highest id removed, not the argument.
+		marks := sandbox.Marks{OldestEventID: 0, PrunedThrough: 10, LastEventID: 10}
+		storetest.WantMarks(t, s, "c_1", marks)
+		if got := mustRead(t, s, "c_1", 0, 100); len(got) != 0 {
+			t.Fatalf("Read(0) = %v, want nothing", recordIDs(got))
+		}
+		if got := mustRead(t, s, "c_1", 10, 100); len(got) != 0 {
+			t.Fatalf("Read(10) = %v, want nothing", recordIDs(got))
+		}
+		wantCursorErr(t, s, "c_1", 9, sandbox.ECursorPruned, marks)
+	})
+	t.Run("AppendAfter", func(t *testing.T) {
+		if got, want := mustAppend(t, s, "c_1", textEvents(2)...), []uint64{11, 12}; !slices.Equal(got, want) {
+			t.Fatalf("ids = %v, want %v", got, want)
+		}
+		storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 11, PrunedThrough: 10, LastEventID: 12})
+		if got, want := recordIDs(mustRead(t, s, "c_1", 0, 100)), []uint64{11, 12}; !slices.Equal(got, want) {
+			t.Fatalf("Read(0) = %v, want %v", got, want)
+		}
+	})
 }
 
 // TestPruneConcurrent prunes in small batches while 8 writers append to the
@@ -96,7 +92,7 @@ func TestPrune(t *testing.T) {
 func TestPruneConcurrent(t *testing.T) {
 	const writers, appends = 8, 60
 	ctx := context.Background()
-	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: 32})
+	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{})
 	mustCreate(t, s, "c_1")
 
 	var wg sync.WaitGroup
@@ -187,40 +183,36 @@ func TestPruneConcurrent(t *testing.T) {
 
 func TestCompact(t *testing.T) {
 	ctx := context.Background()
-	for _, cache := range []int{2, 1024} {
-		t.Run(fmt.Sprintf("Cache%d", cache), func(t *testing.T) {
-			s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{CacheSize: cache})
-			mustCreate(t, s, "c_1")
-			mustAppend(t, s, "c_1", textEvents(8)...)
-			t.Run("OK", func(t *testing.T) {
-				removed, err := s.Compact(ctx, "c_1", []uint64{6, 1, 5, 5, 42})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got, want := removed, 3; got != want {
-					t.Fatalf("removed = %d, want %d", got, want)
-				}
-				storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 2, PrunedThrough: 0, LastEventID: 8})
-				if got, want := recordIDs(mustRead(t, s, "c_1", 0, 100)), []uint64{2, 3, 4, 7, 8}; !slices.Equal(got, want) {
-					t.Fatalf("Read(0) = %v, want %v", got, want)
-				}
-				// A cursor on a removed event is still a valid position.
-				if got, want := recordIDs(mustRead(t, s, "c_1", 5, 100)), []uint64{7, 8}; !slices.Equal(got, want) {
-					t.Fatalf("Read(5) = %v, want %v", got, want)
-				}
-			})
-			t.Run("Last", func(t *testing.T) {
-				if _, err := s.Compact(ctx, "c_1", []uint64{8}); err != nil {
-					t.Fatal(err)
-				}
-				// The last id stays: it was handed out and a client may hold it.
-				storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 2, PrunedThrough: 0, LastEventID: 8})
-				if got := mustRead(t, s, "c_1", 8, 100); len(got) != 0 {
-					t.Fatalf("Read(8) = %v, want nothing", recordIDs(got))
-				}
-			})
-		})
-	}
+	s := MustOpenStoreAt(t, t.TempDir()+"/sparkles.db", Options{})
+	mustCreate(t, s, "c_1")
+	mustAppend(t, s, "c_1", textEvents(8)...)
+	t.Run("OK", func(t *testing.T) {
+		removed, err := s.Compact(ctx, "c_1", []uint64{6, 1, 5, 5, 42})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := removed, 3; got != want {
+			t.Fatalf("removed = %d, want %d", got, want)
+		}
+		storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 2, PrunedThrough: 0, LastEventID: 8})
+		if got, want := recordIDs(mustRead(t, s, "c_1", 0, 100)), []uint64{2, 3, 4, 7, 8}; !slices.Equal(got, want) {
+			t.Fatalf("Read(0) = %v, want %v", got, want)
+		}
+		// A cursor on a removed event is still a valid position.
+		if got, want := recordIDs(mustRead(t, s, "c_1", 5, 100)), []uint64{7, 8}; !slices.Equal(got, want) {
+			t.Fatalf("Read(5) = %v, want %v", got, want)
+		}
+	})
+	t.Run("Last", func(t *testing.T) {
+		if _, err := s.Compact(ctx, "c_1", []uint64{8}); err != nil {
+			t.Fatal(err)
+		}
+		// The last id stays: it was handed out and a client may hold it.
+		storetest.WantMarks(t, s, "c_1", sandbox.Marks{OldestEventID: 2, PrunedThrough: 0, LastEventID: 8})
+		if got := mustRead(t, s, "c_1", 8, 100); len(got) != 0 {
+			t.Fatalf("Read(8) = %v, want nothing", recordIDs(got))
+		}
+	})
 }
 
 func TestDrop(t *testing.T) {

@@ -27,13 +27,6 @@ type Options struct {
 	// process on the same file fails at once instead of hanging.
 	Timeout time.Duration
 	Logger  *slog.Logger
-	// CacheSize is how many recent records of each sandbox are kept in
-	// memory for streams at the tail (default 1024).
-	CacheSize int
-	// CacheBytes bounds the bytes of recent records kept in memory for all
-	// sandboxes together (default 64 MiB): past it, the caches of the
-	// sandboxes written least recently are emptied first.
-	CacheBytes int
 	// MaxBatch bounds the writes committed in one transaction (default 1024).
 	MaxBatch int
 	// Now stamps events appended without a ts (default time.Now).
@@ -85,14 +78,12 @@ type walLimits struct {
 // Store is the bbolt implementation of sandbox.Store. See doc.go for
 // the layout, the write path and the WAL.
 type Store struct {
-	db        *bbolt.DB
-	log       *slog.Logger
-	now       func() time.Time
-	cacheSize int
-	cache     cache // every sandbox's ring together; under mu
-	maxBatch  int
-	limits    walLimits
-	observer  Observer // nil observes nothing
+	db       *bbolt.DB
+	log      *slog.Logger
+	now      func() time.Time
+	maxBatch int
+	limits   walLimits
+	observer Observer // nil observes nothing
 
 	// The file: its path, what it was when opened, and its descriptor's
 	// name under /proc for the operator to copy it from. moved is set
@@ -182,11 +173,6 @@ func (h *testHooks) failure() error {
 type entry struct {
 	sb    sandbox.Sandbox
 	state *sandbox.State // nil until first needed, and after a failed commit
-	ring  ring
-	// newer and older link the sandboxes whose rings hold records, in the
-	// order they were last written (cache); both nil for one that holds
-	// none.
-	newer, older *entry
 	// wait is the channel the next change closes, made on demand by a
 	// reader under the shared lock (so it is set by compare-and-swap), and
 	// taken by the publisher under the exclusive one.
@@ -277,12 +263,6 @@ func open(path string, opts Options, limits walLimits, test *testHooks) (*Store,
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
-	}
-	if opts.CacheSize <= 0 {
-		opts.CacheSize = 1024
-	}
-	if opts.CacheBytes <= 0 {
-		opts.CacheBytes = defaultCacheBytes
 	}
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 1024
@@ -382,8 +362,6 @@ func open(path string, opts Options, limits walLimits, test *testHooks) (*Store,
 		db:        db,
 		log:       opts.Logger,
 		now:       opts.Now,
-		cacheSize: opts.CacheSize,
-		cache:     cache{maxBytes: opts.CacheBytes},
 		maxBatch:  opts.MaxBatch,
 		limits:    limits,
 		observer:  opts.Observer,

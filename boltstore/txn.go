@@ -41,7 +41,6 @@ type pending struct {
 	e      *entry        // the published entry; nil for one created here
 	b      *bbolt.Bucket // the sandbox's buckets, opened in direct mode
 	events *bbolt.Bucket
-	base   uint64         // last id before the transaction
 	state  *sandbox.State // the published state until owned
 	owned  bool           // state is this transaction's copy and may change in place
 
@@ -50,13 +49,12 @@ type pending struct {
 	moved   bool   // materialize moved records or changes into the buckets
 	walMark uint64 // the last WAL key whose changes the buckets now hold
 
-	created, dropped, pruned bool
+	created, dropped bool
 
 	recs      []stored // the transaction's new records, ids increasing
 	entries   [][]byte // WAL entries to write, in WAL mode
 	walKeys   []uint64 // the WAL entries written for this sandbox
 	walBytes  int      // the size of their records
-	compacted map[uint64]struct{}
 	turns     map[string]*sandbox.Turn
 	approvals map[string]*sandbox.Approval
 }
@@ -92,7 +90,7 @@ func (t *txn) sandbox(id string) (*pending, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &pending{id: id, e: e, base: uint64(st.Sandbox.LastEventID), state: st}
+	p := &pending{id: id, e: e, state: st}
 	t.add(p)
 	return p, nil
 }
@@ -324,7 +322,7 @@ func (s *Store) published(t *txn, id string) (*entry, *sandbox.State, error) {
 	// sandbox a commit changes is already in memory, so a listing takes
 	// its published values rather than the file's.
 	if e = s.sandboxes[id]; e == nil {
-		e = &entry{sb: st.Sandbox, ring: ring{from: uint64(st.Sandbox.LastEventID) + 1}}
+		e = &entry{sb: st.Sandbox}
 		s.sandboxes[id] = e
 	}
 	e.state = st

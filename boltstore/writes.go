@@ -253,7 +253,7 @@ func (w *pruneWrite) apply(t *txn) (reqErr, txErr error) {
 	st.Sandbox.PrunedThrough = max(st.Sandbox.PrunedThrough, sandbox.Seq(ids[len(ids)-1]))
 	st.Sandbox.OldestEventID = sandbox.Seq(p.firstID())
 	st.Removed(size)
-	p.changed, p.pruned = true, true
+	p.changed = true
 	t.dirty = true
 	w.removed = len(ids)
 	return nil, nil
@@ -285,10 +285,6 @@ func (w *compactWrite) apply(t *txn) (reqErr, txErr error) {
 		if err := p.events.Delete(k); err != nil {
 			return nil, err
 		}
-		if p.compacted == nil {
-			p.compacted = make(map[uint64]struct{})
-		}
-		p.compacted[id] = struct{}{}
 		removed++
 	}
 	if removed == 0 {

@@ -18,8 +18,9 @@ import (
 // anyway counts as the stalled reader's.
 func runStall(ctx context.Context, r *runner) error {
 	sandboxes, rate, size := 10, pick(r, 1000.0, 200.0), 1024
-	// Each log starts longer than the store's cache of recent records, so
-	// the caches are full before anything is measured.
+	// Together the logs start longer than the store's WAL holds in memory
+	// (8 MiB) before it moves them into the file, so what the store holds
+	// of them has reached its bound before anything is measured.
 	prefill := pick(r, 2000, 200)
 	warm, d := pick(r, 10*time.Second, time.Second), pick(r, time.Minute, 2*time.Second)
 	c, closeServer, err := r.child(ctx)

@@ -277,10 +277,7 @@ func (c *Client) Healthz(ctx context.Context) error {
 // Agent is one agent a sandbox may ask for: its name, and whether its
 // command resolves on the server (an agent that is not available fails to
 // start). The server never tells its command or environment.
-type Agent struct {
-	Name      string `json:"name"`
-	Available bool   `json:"available"`
-}
+type Agent = sandbox.Agent
 
 // Agents lists the agents registered on the server, sorted by name.
 func (c *Client) Agents(ctx context.Context) ([]Agent, error) {

@@ -134,7 +134,7 @@ func decodeError(resp *http.Response) *Error {
 		e.LastEventID = uint64(w.Error.LastEventID)
 		return e
 	}
-	e.Type = typeOfStatus(resp.StatusCode)
+	e.Type = sandbox.TypeOfStatus(resp.StatusCode)
 	snippet := strings.TrimSpace(string(body))
 	if len(snippet) > 200 {
 		snippet = snippet[:200] + "…"
@@ -144,24 +144,4 @@ func decodeError(resp *http.Response) *Error {
 		e.Message += ": " + snippet
 	}
 	return e
-}
-
-func typeOfStatus(status int) string {
-	switch status {
-	case http.StatusBadRequest:
-		return sandbox.EInvalidRequest
-	case http.StatusUnauthorized:
-		return sandbox.EUnauthorized
-	case http.StatusForbidden:
-		return sandbox.EForbidden
-	case http.StatusNotFound:
-		return sandbox.ENotFound
-	case http.StatusConflict:
-		return sandbox.EConflict
-	case http.StatusRequestEntityTooLarge:
-		return sandbox.EPayloadTooLarge
-	case http.StatusUnsupportedMediaType:
-		return sandbox.EUnsupportedMediaType
-	}
-	return sandbox.EInternal
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/nobody"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -62,28 +63,28 @@ func TestDropReadOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dir := filepath.Join(dataDir, "sandboxes", id)
-		for _, d := range []string{"work", "home", "tmp"} {
-			if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+		dir := datadir.Dir(dataDir).Sandbox(id)
+		for _, d := range []string{dir.Work(), dir.Home(), dir.Tmp()} {
+			if err := os.MkdirAll(d, 0o700); err != nil {
 				t.Fatal(err)
 			}
 		}
-		return dir
+		return string(dir)
 	}
 	roDir := deleted("c_readonly")
-	mod := filepath.Join(roDir, "home", "go", "pkg", "mod", "example.com", "m@v1.2.3")
+	mod := filepath.Join(datadir.Sandbox(roDir).Home(), "go", "pkg", "mod", "example.com", "m@v1.2.3")
 	if err := os.MkdirAll(mod, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(mod, "go.mod"), []byte("module example.com/m\n"), 0o444); err != nil {
 		t.Fatal(err)
 	}
-	for d := mod; d != filepath.Join(roDir, "home", "go"); d = filepath.Dir(d) {
+	for d := mod; d != filepath.Join(datadir.Sandbox(roDir).Home(), "go"); d = filepath.Dir(d) {
 		if err := os.Chmod(d, 0o555); err != nil {
 			t.Fatal(err)
 		}
 	}
-	hidden := filepath.Join(roDir, "work", "hidden")
+	hidden := filepath.Join(datadir.Sandbox(roDir).Work(), "hidden")
 	if err := os.MkdirAll(filepath.Join(hidden, "inner"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestDropReadOnly(t *testing.T) {
 	stuck := ""
 	if os.Geteuid() == 0 {
 		stuck = deleted("c_stuck")
-		mnt := filepath.Join(stuck, "work")
+		mnt := datadir.Sandbox(stuck).Work()
 		if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
 			t.Fatalf("mount a tmpfs in a sandbox: %v", err)
 		}
@@ -131,7 +132,7 @@ func TestDropReadOnly(t *testing.T) {
 		if n := strings.Count(logs.String(), "sandbox_id=c_stuck"); n != 1 {
 			t.Errorf("c_stuck was logged %d times in two passes, want once:\n%s", n, logs.String())
 		}
-		syscall.Unmount(filepath.Join(stuck, "work"), syscall.MNT_DETACH)
+		syscall.Unmount(datadir.Sandbox(stuck).Work(), syscall.MNT_DETACH)
 		if res := mustRun(t, l, t0.Add(2*time.Hour)); res.Dropped != 1 {
 			t.Errorf("once its files can go, the pass dropped %d, want c_stuck", res.Dropped)
 		}

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/disk"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -449,7 +450,7 @@ func (l *Loop) drop(ctx context.Context, id string) error {
 		if !filepath.IsLocal(id) || filepath.Base(id) != id {
 			return fmt.Errorf("refusing to remove the directory of sandbox id %q", id)
 		}
-		if err := disk.RemoveAll(filepath.Join(l.cfg.DataDir, "sandboxes", id)); err != nil {
+		if err := disk.RemoveAll(string(datadir.Dir(l.cfg.DataDir).Sandbox(id))); err != nil {
 			if !l.kept[id] {
 				l.log.Error("a deleted sandbox's files could not be removed; its record stays and each pass tries again",
 					"sandbox_id", id, "err", err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/retention"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -203,14 +204,14 @@ func TestDropDeleted(t *testing.T) {
 	dataDir := t.TempDir()
 	s := MustOpenStore(t)
 	mkdir := func(id string) string {
-		dir := filepath.Join(dataDir, "sandboxes", id)
-		if err := os.MkdirAll(filepath.Join(dir, "work"), 0o700); err != nil {
+		dir := datadir.Dir(dataDir).Sandbox(id)
+		if err := os.MkdirAll(dir.Work(), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, "work", "notes.txt"), []byte("x"), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir.Work(), "notes.txt"), []byte("x"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		return dir
+		return string(dir)
 	}
 	deleteAt := func(id string, at time.Time) {
 		err := s.Append(ctx, id, nil, func(st *sandbox.State) error {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Error types of docs/errors.md. The HTTP layer maps each to its status.
+// Error types of docs/errors.md. Each has one HTTP status: HTTPStatus.
 const (
 	EInvalidRequest       = "invalid_request"
 	EInvalidCursor        = "invalid_cursor"
@@ -31,6 +31,59 @@ const (
 	// names (507).
 	EInsufficientStorage = "insufficient_storage"
 )
+
+// errorStatus is the HTTP status of each error type, in the order of the
+// table of docs/errors.md. It serves both directions: the server answers a
+// type with its status, and a client types an answer that has no error object
+// (a proxy's page) by its status, so the two cannot drift apart.
+var errorStatus = []struct {
+	typ    string
+	status int
+}{
+	{EInvalidRequest, 400}, // first of 400: what a bare 400 means
+	{EInvalidCursor, 400},
+	{EUnauthorized, 401},
+	{EForbidden, 403},
+	{ENotFound, 404},
+	{EConflict, 409}, // first of 409
+	{ETurnInProgress, 409},
+	{EApprovalResolved, 409},
+	{ECursorPruned, 410},
+	{ECursorStale, 410},
+	{EPreconditionFailed, 412},
+	{EPayloadTooLarge, 413},
+	{EUnsupportedMediaType, 415},
+	{EInternal, 500},
+	{EUnavailable, 503},
+	{EInsufficientStorage, 507},
+}
+
+// HTTPStatus is the HTTP status of an error type; 500 for a type not of
+// docs/errors.md.
+func HTTPStatus(typ string) int {
+	for _, e := range errorStatus {
+		if e.typ == typ {
+			return e.status
+		}
+	}
+	return 500
+}
+
+// TypeOfStatus is the error type an HTTP status stands for when the answer
+// carries no error object: the first type of that status in docs/errors.md,
+// internal for any other status. A 410 is internal too: its cursor types are
+// only what they say with the watermarks the error object carries.
+func TypeOfStatus(status int) string {
+	if status == 410 {
+		return EInternal
+	}
+	for _, e := range errorStatus {
+		if e.status == status {
+			return e.typ
+		}
+	}
+	return EInternal
+}
 
 // ErrAgent is the sandbox.error (and turn.completed error) code of a prompt
 // the agent answered with a well-formed JSON-RPC error, such as its model

@@ -198,6 +198,11 @@ type InputBlock struct {
 	Path      string `json:"path,omitempty"`
 }
 
+// DefaultTurnImageMax is the decoded size one image, or one file, of a
+// turn's input may have on a server not given another
+// (--turn-image-max-size).
+const DefaultTurnImageMax = 5 << 20
+
 // TextInput is the input of a turn prompted with plain text.
 func TextInput(text string) []Input { return []Input{{Type: "text", Text: text}} }
 

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 )
 
 // Store is the durable side of a server: per-sandbox event logs, the
@@ -58,6 +59,12 @@ type Store interface {
 	Drop(ctx context.Context, id string) error
 	Close() error
 }
+
+// ErrFenced is matched by the error of an Append that this node may no
+// longer make on a store shared by a cluster: the sandbox's lease lapsed
+// or moved to another node, which may already be writing its log. Nothing
+// was written; the node stops acting for the sandbox.
+var ErrFenced = errors.New("this node no longer holds the sandbox's lease")
 
 // Head is the tip of one sandbox's log and its lifecycle status.
 type Head struct {

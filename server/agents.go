@@ -5,12 +5,12 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
 type agentList struct {
-	Object string                  `json:"object"`
-	Data   []coordinator.AgentInfo `json:"data"`
+	Object string          `json:"object"`
+	Data   []sandbox.Agent `json:"data"`
 }
 
 // listAgents answers GET /v1/agents: the agents a sandbox may ask for and
@@ -22,7 +22,7 @@ func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ httprouter
 		return err
 	}
 	if list == nil {
-		list = []coordinator.AgentInfo{}
+		list = []sandbox.Agent{}
 	}
 	writeJSON(w, http.StatusOK, agentList{Object: "list", Data: list})
 	return nil

@@ -33,7 +33,7 @@ func TestListAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { co.Close() })
-	ts := httptest.NewServer(New(Config{Backend: co, Token: testToken}))
+	ts := httptest.NewServer(New(Config{Backend: co, Store: st, Token: testToken}))
 	t.Cleanup(ts.Close)
 
 	get := func(token string) (int, string) {

@@ -353,7 +353,7 @@ func TestRouting(t *testing.T) {
 		}
 	})
 	t.Run("Static", func(t *testing.T) {
-		srv := New(Config{Backend: h.be, Token: testToken, Static: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv := New(Config{Backend: h.be, Store: h.reads, Token: testToken, Static: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Write([]byte("page"))
 		})})
 		for path, want := range map[string]int{"/": http.StatusOK, "/app.js": http.StatusOK, "/v1/sandboxes": http.StatusUnauthorized} {
@@ -382,7 +382,7 @@ func TestEventsPage(t *testing.T) {
 	base := "/v1/sandboxes/" + c.ID + "/events"
 
 	t.Run("OK", func(t *testing.T) {
-		recs, err := h.coord.Read(context.Background(), c.ID, 0, 1000)
+		recs, err := h.store.Read(context.Background(), c.ID, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

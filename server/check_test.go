@@ -13,6 +13,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/internal/registry"
+	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
 // TestCheckAgent: the full token checks an agent and gets what each step
@@ -31,10 +32,10 @@ func TestCheckAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { co.Close() })
-	ts := httptest.NewServer(New(Config{Backend: co, Token: testToken}))
+	ts := httptest.NewServer(New(Config{Backend: co, Store: st, Token: testToken}))
 	t.Cleanup(ts.Close)
 
-	get := func(token, name string) (int, coordinator.AgentCheck, string) {
+	get := func(token, name string) (int, sandbox.AgentCheck, string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, ts.URL+"/v1/agents/"+name+"/check", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -44,7 +45,7 @@ func TestCheckAgent(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		var ch coordinator.AgentCheck
+		var ch sandbox.AgentCheck
 		json.Unmarshal(b, &ch)
 		return resp.StatusCode, ch, string(b)
 	}

@@ -388,12 +388,3 @@ func (s *Server) noteToken(w http.ResponseWriter, r *http.Request) {
 		c.doom()
 	}
 }
-
-// rawConn is the socket under a counted connection, for the writes that
-// must reach it as the net package's own type (net.Buffers' writev).
-func rawConn(c net.Conn) net.Conn {
-	if tc, ok := c.(*trackedConn); ok {
-		return tc.Conn
-	}
-	return c
-}

@@ -72,7 +72,7 @@ func startCapped(t *testing.T, cfg Config) *capped {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Backend, cfg.Token = &testBackend{Coordinator: coord, store: st}, testToken
+	cfg.Backend, cfg.Store, cfg.Token = &testBackend{Coordinator: coord, store: st}, st, testToken
 	srv := New(cfg)
 	l, err := srv.Listen("127.0.0.1:0")
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
 var corsHeaderNames = []string{
@@ -29,13 +30,13 @@ func newCORSServer(t *testing.T, origins ...string) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Config{Backend: coord, Token: testToken, CORSOrigins: origins})
+	srv := New(Config{Backend: coord, Store: st, Token: testToken, CORSOrigins: origins})
 	t.Cleanup(func() {
 		srv.Shutdown(context.Background())
 		coord.Close()
 		st.Close()
 	})
-	sb, err := coord.CreateSandbox(context.Background(), coordinator.CreateParams{})
+	sb, err := coord.CreateSandbox(context.Background(), sandbox.CreateParams{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,37 +10,6 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// statusOf maps an error type of docs/errors.md to its HTTP status. It is the one
-// place that does.
-func statusOf(typ string) int {
-	switch typ {
-	case sandbox.EInvalidRequest, sandbox.EInvalidCursor:
-		return http.StatusBadRequest
-	case sandbox.EUnauthorized:
-		return http.StatusUnauthorized
-	case sandbox.EForbidden:
-		return http.StatusForbidden
-	case sandbox.ENotFound:
-		return http.StatusNotFound
-	case sandbox.EConflict, sandbox.ETurnInProgress, sandbox.EApprovalResolved:
-		return http.StatusConflict
-	case sandbox.ECursorPruned, sandbox.ECursorStale:
-		return http.StatusGone
-	case sandbox.EPreconditionFailed:
-		return http.StatusPreconditionFailed
-	case sandbox.EPayloadTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case sandbox.EUnsupportedMediaType:
-		return http.StatusUnsupportedMediaType
-	case sandbox.EUnavailable:
-		return http.StatusServiceUnavailable
-	case sandbox.EInsufficientStorage:
-		return http.StatusInsufficientStorage
-	default:
-		return http.StatusInternalServerError
-	}
-}
-
 // internalMessage is all a client learns of an internal error; the detail
 // goes to the log under the request id.
 const internalMessage = "internal error; the server log has the detail under this request's X-Request-Id"
@@ -90,7 +59,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// writes meanwhile, so a client may try again shortly.
 		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, statusOf(se.Type), errorEnvelope{body})
+	writeJSON(w, sandbox.HTTPStatus(se.Type), errorEnvelope{body})
 }
 
 // writeJSON answers v as JSON with the given status.

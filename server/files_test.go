@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/workspace"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -70,7 +71,7 @@ func TestFiles(t *testing.T) {
 	h, dir := filesHarness(t, nil)
 	sb := h.createSandbox()
 	base := "/v1/sandboxes/" + sb.ID
-	work := filepath.Join(dir, "sandboxes", sb.ID, "work")
+	work := datadir.Dir(dir).Sandbox(sb.ID).Work()
 
 	resp, body := h.raw("PUT", base+"/files/src/main.go", []byte("package main\n"))
 	if resp.StatusCode != http.StatusCreated {
@@ -275,7 +276,7 @@ func TestArchive(t *testing.T) {
 	h, dir := filesHarness(t, nil)
 	sb := h.createSandbox()
 	base := "/v1/sandboxes/" + sb.ID
-	work := filepath.Join(dir, "sandboxes", sb.ID, "work")
+	work := datadir.Dir(dir).Sandbox(sb.ID).Work()
 
 	for _, gz := range []bool{false, true} {
 		var sum workspace.Summary
@@ -333,7 +334,7 @@ func TestArchive(t *testing.T) {
 				}
 			})
 		}
-		if _, err := os.Stat(filepath.Join(dir, "sandboxes", "evil.txt")); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(datadir.Dir(dir).Sandboxes(), "evil.txt")); !os.IsNotExist(err) {
 			t.Fatal("an entry landed outside the workspace")
 		}
 	})

@@ -56,7 +56,7 @@ func TestAtHolder(t *testing.T) {
 	}
 	t.Cleanup(func() { co.Close() })
 	be := &holderBackend{Coordinator: co}
-	front := httptest.NewServer(New(Config{Backend: be, Token: testToken, CORSOrigins: []string{"https://app.example"}}))
+	front := httptest.NewServer(New(Config{Backend: be, Store: st, Token: testToken, CORSOrigins: []string{"https://app.example"}}))
 	t.Cleanup(front.Close)
 
 	seen := make(chan seenRequest, 1)
@@ -170,7 +170,7 @@ func TestAtHolder(t *testing.T) {
 		wantError(t, resp, body, http.StatusServiceUnavailable, sandbox.EUnavailable, "does not answer")
 	})
 	t.Run("ErrTokenRefused", func(t *testing.T) {
-		other := New(Config{Backend: be, Token: "another-token"})
+		other := New(Config{Backend: be, Store: st, Token: "another-token"})
 		otherTS := httptest.NewServer(other)
 		t.Cleanup(otherTS.Close)
 		be.set(otherTS.URL, false, nil)

@@ -56,7 +56,7 @@ func newFuzzRig(f *testing.F, agents bool) *fuzzRig {
 	if err != nil {
 		f.Fatal(err)
 	}
-	r := &fuzzRig{srv: New(Config{Backend: coord, Token: testToken})}
+	r := &fuzzRig{srv: New(Config{Backend: coord, Store: st, Token: testToken})}
 	f.Cleanup(func() {
 		r.srv.Shutdown(context.Background())
 		coord.Close()
@@ -67,7 +67,7 @@ func newFuzzRig(f *testing.F, agents bool) *fuzzRig {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sb, err := coord.CreateSandbox(ctx, coordinator.CreateParams{})
+	sb, err := coord.CreateSandbox(ctx, sandbox.CreateParams{})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -76,13 +76,13 @@ func newFuzzRig(f *testing.F, agents bool) *fuzzRig {
 		f.Fatal(err)
 	}
 	for r.approvalID == "" {
-		wake := coord.Wait(sb.ID)
-		st, err := coord.State(ctx, sb.ID)
+		wake := st.Wait(sb.ID)
+		state, err := st.State(ctx, sb.ID)
 		if err != nil {
 			f.Fatal(err)
 		}
-		if len(st.Approvals) > 0 {
-			r.approvalID = st.Approvals[0].ApprovalID
+		if len(state.Approvals) > 0 {
+			r.approvalID = state.Approvals[0].ApprovalID
 			break
 		}
 		select {
@@ -133,7 +133,7 @@ func checkShape(t *testing.T, w *httptest.ResponseRecorder, okStatus int, object
 	if err := dec.Decode(&e); err != nil || e.Error == nil {
 		t.Fatalf("body %q: status %d answered %s, not an error object (%v)", body, w.Code, w.Body, err)
 	}
-	if !errorTypes[e.Error.Type] || statusOf(e.Error.Type) != w.Code || strings.TrimSpace(e.Error.Message) == "" {
+	if !errorTypes[e.Error.Type] || sandbox.HTTPStatus(e.Error.Type) != w.Code || strings.TrimSpace(e.Error.Message) == "" {
 		t.Fatalf("body %q: status %d with error %+v", body, w.Code, *e.Error)
 	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -38,7 +37,7 @@ func (c createdSandbox) MarshalJSON() ([]byte, error) {
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
-	var p coordinator.CreateParams
+	var p sandbox.CreateParams
 	if err := decodeBody(w, r, &p); err != nil {
 		return err
 	}
@@ -61,7 +60,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, _ httprou
 	if err != nil {
 		return err
 	}
-	list, more, err := s.b.Sandboxes(r.Context(), r.URL.Query().Get("after"), limit)
+	list, more, err := s.store.Sandboxes(r.Context(), r.URL.Query().Get("after"), limit)
 	if err != nil {
 		return err
 	}
@@ -73,7 +72,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, _ httprou
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
-	sb, err := s.b.Sandbox(r.Context(), ps.ByName("id"))
+	sb, err := s.store.Sandbox(r.Context(), ps.ByName("id"))
 	if err != nil {
 		return err
 	}
@@ -203,7 +202,7 @@ func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request, ps httproute
 		return err
 	}
 	// One more than asked tells whether another page follows.
-	recs, err := s.b.Read(r.Context(), id, since, limit+1)
+	recs, err := s.store.Read(r.Context(), id, since, limit+1)
 	if err != nil {
 		return err
 	}
@@ -213,7 +212,7 @@ func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request, ps httproute
 	}
 	// The watermarks are taken after the read, so last_event_id is never
 	// below an id of the page.
-	sb, err := s.b.Sandbox(r.Context(), id)
+	sb, err := s.store.Sandbox(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -301,7 +300,7 @@ func turnInput(raw json.RawMessage) (string, []sandbox.InputBlock, error) {
 func (s *Server) turnBodyMax() int64 {
 	img := s.cfg.TurnImageMax
 	if img <= 0 {
-		img = coordinator.DefaultTurnImageMax
+		img = sandbox.DefaultTurnImageMax
 	}
 	return maxBodyBytes + turnBodyImages*((img+2)/3*4)
 }

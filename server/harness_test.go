@@ -31,6 +31,7 @@ type harness struct {
 	store  *boltstore.Store
 	coord  *coordinator.Coordinator
 	be     *testBackend
+	reads  *testStore // store as the server reads it, with hooks
 	srv    *Server
 	url    string
 	client *http.Client
@@ -64,15 +65,15 @@ func newHarness(tb testing.TB, opt options) *harness {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	be := &testBackend{Coordinator: coord, store: st}
-	srv := New(Config{Backend: be, Token: testToken, Keepalive: opt.keepalive, WriteTimeout: opt.writeTimeout, BodyTimeout: opt.bodyTimeout, Logger: opt.logger, Observer: opt.observer, Webhooks: opt.webhooks})
+	be, reads := &testBackend{Coordinator: coord, store: st}, &testStore{Store: st}
+	srv := New(Config{Backend: be, Store: reads, Token: testToken, Keepalive: opt.keepalive, WriteTimeout: opt.writeTimeout, BodyTimeout: opt.bodyTimeout, Logger: opt.logger, Observer: opt.observer, Webhooks: opt.webhooks})
 	ts := httptest.NewUnstartedServer(srv)
 	if opt.sendBuffer > 0 {
 		ts.Listener = sendBufferListener{ts.Listener, opt.sendBuffer}
 	}
 	ts.Start()
 	tr := &http.Transport{}
-	h := &harness{t: tb, token: testToken, store: st, coord: coord, be: be, srv: srv, url: ts.URL, client: &http.Client{Transport: tr}}
+	h := &harness{t: tb, token: testToken, store: st, coord: coord, be: be, reads: reads, srv: srv, url: ts.URL, client: &http.Client{Transport: tr}}
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
@@ -107,38 +108,17 @@ func (l sendBufferListener) Accept() (net.Conn, error) {
 }
 
 // testBackend is the coordinator with stand-ins for the agent-driven calls
-// (a coordinator without agents runs no turns), and hooks on Read and Head
-// so tests can hold a stream at a chosen point.
+// (a coordinator without agents runs no turns).
 type testBackend struct {
 	*coordinator.Coordinator
 	store *boltstore.Store
 
 	mu        sync.Mutex
 	lastInput string
-	onRead    func(id string, after uint64)
-	afterHead func(id string)
-	lagState  func(st *sandbox.State) // changes what State answers, as a node whose view of a shared store lags
-}
-
-func (b *testBackend) State(ctx context.Context, id string) (sandbox.State, error) {
-	st, err := b.Coordinator.State(ctx, id)
-	b.mu.Lock()
-	lag := b.lagState
-	b.mu.Unlock()
-	if err == nil && lag != nil {
-		lag(&st)
-	}
-	return st, err
-}
-
-func (b *testBackend) setLagState(f func(st *sandbox.State)) {
-	b.mu.Lock()
-	b.lagState = f
-	b.mu.Unlock()
 }
 
 func (b *testBackend) StartTurn(ctx context.Context, id, input string) (sandbox.Turn, error) {
-	if _, err := b.Sandbox(ctx, id); err != nil {
+	if _, err := b.store.Sandbox(ctx, id); err != nil {
 		return sandbox.Turn{}, err
 	}
 	b.mu.Lock()
@@ -173,37 +153,65 @@ func (b *testBackend) Decide(ctx context.Context, id, approvalID string, d sandb
 	return a, nil
 }
 
-func (b *testBackend) Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error) {
-	b.mu.Lock()
-	hook := b.onRead
-	b.mu.Unlock()
+// testStore is the store the server reads, with hooks on State, Read and
+// Head so tests can hold a stream at a chosen point.
+type testStore struct {
+	*boltstore.Store
+
+	mu        sync.Mutex
+	onRead    func(id string, after uint64)
+	afterHead func(id string)
+	lagState  func(st *sandbox.State) // changes what State answers, as a node whose view of a shared store lags
+}
+
+func (s *testStore) State(ctx context.Context, id string) (sandbox.State, error) {
+	st, err := s.Store.State(ctx, id)
+	s.mu.Lock()
+	lag := s.lagState
+	s.mu.Unlock()
+	if err == nil && lag != nil {
+		lag(&st)
+	}
+	return st, err
+}
+
+func (s *testStore) setLagState(f func(st *sandbox.State)) {
+	s.mu.Lock()
+	s.lagState = f
+	s.mu.Unlock()
+}
+
+func (s *testStore) Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error) {
+	s.mu.Lock()
+	hook := s.onRead
+	s.mu.Unlock()
 	if hook != nil {
 		hook(id, after)
 	}
-	return b.Coordinator.Read(ctx, id, after, limit)
+	return s.Store.Read(ctx, id, after, limit)
 }
 
-func (b *testBackend) Head(id string) (sandbox.Head, error) {
-	h, err := b.Coordinator.Head(id)
-	b.mu.Lock()
-	hook := b.afterHead
-	b.mu.Unlock()
+func (s *testStore) Head(id string) (sandbox.Head, error) {
+	h, err := s.Store.Head(id)
+	s.mu.Lock()
+	hook := s.afterHead
+	s.mu.Unlock()
 	if hook != nil {
 		hook(id)
 	}
 	return h, err
 }
 
-func (b *testBackend) setAfterHead(f func(id string)) {
-	b.mu.Lock()
-	b.afterHead = f
-	b.mu.Unlock()
+func (s *testStore) setAfterHead(f func(id string)) {
+	s.mu.Lock()
+	s.afterHead = f
+	s.mu.Unlock()
 }
 
-func (b *testBackend) setOnRead(f func(id string, after uint64)) {
-	b.mu.Lock()
-	b.onRead = f
-	b.mu.Unlock()
+func (s *testStore) setOnRead(f func(id string, after uint64)) {
+	s.mu.Lock()
+	s.onRead = f
+	s.mu.Unlock()
 }
 
 // response is an answer of the API, checked to be JSON with a request id.
@@ -352,7 +360,7 @@ func (h *harness) logIDs(id string) []uint64 {
 	var ids []uint64
 	var after uint64
 	for {
-		recs, err := h.coord.Read(context.Background(), id, after, 1000)
+		recs, err := h.store.Read(context.Background(), id, after, 1000)
 		if err != nil {
 			h.t.Fatalf("read log: %v", err)
 		}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/sparkles-dev/sparkles/internal/coordinator"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -19,7 +18,7 @@ import (
 // for a page that holds a stream token.
 func (s *Server) getLogs(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	q := r.URL.Query()
-	o := coordinator.LogOptions{Tail: -1}
+	o := sandbox.LogOptions{Tail: -1}
 	if q.Has("tail") {
 		v := q.Get("tail")
 		n, err := strconv.Atoi(v)

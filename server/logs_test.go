@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -24,13 +25,13 @@ func TestLogs(t *testing.T) {
 	var sb created
 	h.ok(http.MethodPost, "/v1/sandboxes", map[string]any{"secrets": map[string]string{"KEY": secret}}, http.StatusCreated, &sb)
 	base := "/v1/sandboxes/" + sb.ID + "/logs"
-	sbDir := filepath.Join(dir, "sandboxes", sb.ID)
-	if err := os.MkdirAll(sbDir, 0o700); err != nil {
+	sbDir := datadir.Dir(dir).Sandbox(sb.ID)
+	if err := os.MkdirAll(string(sbDir), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(sbDir, "agent.log")
+	path := sbDir.AgentLog()
 	writeLog(t, path+".1", "rotated line\n")
-	writeLog(t, path, "key "+secret+"\ntoken "+testToken+"\nread "+filepath.Join(sbDir, "work", "src", "a.go")+"\n")
+	writeLog(t, path, "key "+secret+"\ntoken "+testToken+"\nread "+filepath.Join(sbDir.Work(), "src", "a.go")+"\n")
 
 	t.Run("OK", func(t *testing.T) {
 		resp, body := h.raw("GET", base, nil)

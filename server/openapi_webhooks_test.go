@@ -217,7 +217,7 @@ func TestOpenAPIWebhookPayload(t *testing.T) {
 	if err := h.coord.AppendEvents(context.Background(), sb.ID, evs...); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := h.coord.Read(context.Background(), sb.ID, 0, 100)
+	recs, err := h.store.Read(context.Background(), sb.ID, 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func TestRetentionPrunesUnderfoot(t *testing.T) {
 	cut := ids[replayBatch-1]
 	reached, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	h.be.setOnRead(func(id string, after uint64) {
+	h.reads.setOnRead(func(id string, after uint64) {
 		if id == c.ID && after == cut {
 			once.Do(func() { close(reached) })
 			<-release

@@ -1,7 +1,7 @@
 // Package server is the HTTP side of Sparkles: routing, bearer auth, the
 // mapping of sandbox errors to statuses, the JSON pages and the SSE stream of
 // docs/api.md and docs/stream.md. It holds no state of its own beyond connections; every
-// answer comes from a Backend (the coordinator).
+// answer comes from its Backend (the coordinator) or, for reads, its Store.
 package server
 
 import (
@@ -18,15 +18,15 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/workspace"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// Backend is what the HTTP layer needs of the coordinator.
+// Backend is what the HTTP layer needs of the coordinator: the calls that
+// change a sandbox or reach its agent, its workspace or its node.
+// internal/coordinator's Coordinator is the implementation.
 type Backend interface {
-	CreateSandbox(ctx context.Context, p coordinator.CreateParams) (sandbox.Sandbox, error)
-	Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
-	Sandboxes(ctx context.Context, after string, limit int) ([]sandbox.Sandbox, bool, error)
+	CreateSandbox(ctx context.Context, p sandbox.CreateParams) (sandbox.Sandbox, error)
 	DeleteSandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
 	SetConfig(ctx context.Context, id string, ch sandbox.ConfigChange) (sandbox.Sandbox, error)
 	StartTurn(ctx context.Context, id, input string) (sandbox.Turn, error)
@@ -35,30 +35,42 @@ type Backend interface {
 	Turn(ctx context.Context, id, turnID string) (sandbox.Turn, error)
 	CancelTurn(ctx context.Context, id, turnID string) (sandbox.Turn, error)
 	Decide(ctx context.Context, id, approvalID string, d sandbox.Decision) (sandbox.Approval, error)
-	State(ctx context.Context, id string) (sandbox.State, error)
-	Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error)
-	Head(id string) (sandbox.Head, error)
-	Wait(id string) <-chan struct{}
-	Agents(ctx context.Context) ([]coordinator.AgentInfo, error)
-	CheckAgent(ctx context.Context, name string) (coordinator.AgentCheck, error)
-	Files(ctx context.Context, id string) (*coordinator.Files, error)
+	Agents(ctx context.Context) ([]sandbox.Agent, error)
+	CheckAgent(ctx context.Context, name string) (sandbox.AgentCheck, error)
+	// Files opens a sandbox's workspace for one request; its Room asks
+	// the sandbox's disk limits.
+	Files(ctx context.Context, id string) (*workspace.Workspace, error)
 	Diff(ctx context.Context, id, turnID string, w io.Writer) error
 	Revert(ctx context.Context, id, turnID string) (sandbox.Sandbox, error)
-	AgentLog(ctx context.Context, id string) (*coordinator.AgentLog, error)
+	AgentLog(ctx context.Context, id string) (sandbox.AgentLog, error)
 	// Holder says where a sandbox's workspace is: here, or the base URL
 	// of the node to proxy its requests to (forward.go).
 	Holder(ctx context.Context, id string) (url string, here bool, err error)
 }
 
-var _ Backend = (*coordinator.Coordinator)(nil)
+// Store is what the HTTP layer reads of the store itself, the read side
+// of sandbox.Store: the sandboxes, their snapshots and their logs, and the
+// wake-ups a stream waits on. Every node of a cluster reads the one store.
+type Store interface {
+	Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
+	Sandboxes(ctx context.Context, after string, limit int) ([]sandbox.Sandbox, bool, error)
+	State(ctx context.Context, id string) (sandbox.State, error)
+	Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error)
+	Head(id string) (sandbox.Head, error)
+	Wait(id string) <-chan struct{}
+}
+
+var _ Store = sandbox.Store(nil)
 
 // Config is what a Server needs. Zero durations take the defaults.
 type Config struct {
 	Backend Backend
+	// Store is the store the Backend writes, read directly.
+	Store Store
 	// Token is the server bearer token. Every /v1 call must carry it or a
 	// stream token derived from it; an empty Token admits no call at all.
 	Token string
-	// Keepalive is the interval of SSE pings on an idle stream (default 15s).
+	// Keepalive is the interval of SSE pings on an idle stream (0: DefaultKeepalive).
 	Keepalive time.Duration
 	Logger    *slog.Logger
 	// Static, when set, serves every path outside /v1 and /healthz without
@@ -74,7 +86,7 @@ type Config struct {
 	// a client that trickles its body is answered 400 and let go.
 	BodyTimeout time.Duration
 	// TurnImageMax is the decoded size one image of a turn's input may
-	// have (--turn-image-max-size; 0 is coordinator.DefaultTurnImageMax).
+	// have (--turn-image-max-size; 0 is sandbox.DefaultTurnImageMax).
 	// A turn's body may hold turnBodyImages of them besides the 1 MiB of
 	// any other body.
 	TurnImageMax int64
@@ -126,6 +138,7 @@ func (nopObserver) Delivered(int)     {}
 type Server struct {
 	cfg    Config
 	b      Backend
+	store  Store
 	log    *slog.Logger
 	router *httprouter.Router
 	cors   corsPolicy
@@ -140,10 +153,6 @@ type Server struct {
 
 	httpSrv  *http.Server
 	shutOnce sync.Once
-	// taken counts the streams whose connections are no longer net/http's
-	// (sse_conn.go); takenMu orders their start against Shutdown.
-	taken   sync.WaitGroup
-	takenMu sync.Mutex
 
 	readyMu  sync.Mutex
 	readyRun *readyRun // the Ready check in progress, shared by every /readyz that waits
@@ -166,10 +175,14 @@ const (
 	idleTimeout        = 2 * time.Minute
 )
 
-// New returns a Server over cfg.Backend.
+// DefaultKeepalive is the interval of SSE pings on an idle stream when
+// Config.Keepalive is zero.
+const DefaultKeepalive = 15 * time.Second
+
+// New returns a Server over cfg.Backend and cfg.Store.
 func New(cfg Config) *Server {
 	if cfg.Keepalive <= 0 {
-		cfg.Keepalive = 15 * time.Second
+		cfg.Keepalive = DefaultKeepalive
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = time.Minute
@@ -184,7 +197,7 @@ func New(cfg Config) *Server {
 		cfg.Observer = nopObserver{}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, b: cfg.Backend, log: cfg.Logger, ctx: ctx, cancel: cancel, cors: newCORSPolicy(cfg.CORSOrigins),
+	s := &Server{cfg: cfg, b: cfg.Backend, store: cfg.Store, log: cfg.Logger, ctx: ctx, cancel: cancel, cors: newCORSPolicy(cfg.CORSOrigins),
 		conns: newConnLimiter(cfg, cfg.Logger)}
 	s.router = s.newRouter()
 	s.httpSrv = &http.Server{
@@ -554,10 +567,8 @@ func (s *Server) Serve(l net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	// Streams never go idle by themselves, so http.Server.Shutdown would wait
 	// on them forever; end them first.
-	s.takenMu.Lock()
 	s.cancel()
-	s.takenMu.Unlock()
 	var err error
-	s.shutOnce.Do(func() { err = errors.Join(s.httpSrv.Shutdown(ctx), s.waitTaken(ctx)) })
+	s.shutOnce.Do(func() { err = s.httpSrv.Shutdown(ctx) })
 	return err
 }

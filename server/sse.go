@@ -47,16 +47,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 	ctx, stop := context.WithCancel(r.Context())
 	defer stop()
 	defer context.AfterFunc(s.ctx, stop)()
-	c := &sseConn{idle: s.cfg.Keepalive, ping: time.NewTimer(s.cfg.Keepalive), flushed: time.Now()}
+	w.WriteHeader(http.StatusOK)
+	c := &sseConn{w: w, rc: http.NewResponseController(w), idle: s.cfg.Keepalive, ping: time.NewTimer(s.cfg.Keepalive), flushed: time.Now()}
 	defer c.ping.Stop()
-	if hj := s.takeConn(w, r, stop); hj != nil {
-		defer s.taken.Done()
-		defer hj.close()
-		c.w, c.flusher = hj, hj.flush
-	} else {
-		w.WriteHeader(http.StatusOK)
-		c.w, c.flusher = w, http.NewResponseController(w).Flush
-	}
 	s.cfg.Observer.StreamOpened(o.given)
 	defer s.cfg.Observer.StreamClosed()
 	// Once the headers are out, failures can only end the stream: the
@@ -103,7 +96,7 @@ func (s *Server) openStream(r *http.Request, id string) (*opened, error) {
 	}
 	// Nothing published after the state is missed: the sandbox's tail is
 	// read after it, and then follows every change (see tailView).
-	st, err := s.b.State(r.Context(), id)
+	st, err := s.store.State(r.Context(), id)
 	if err != nil {
 		return nil, err
 	}
@@ -115,10 +108,10 @@ func (s *Server) openStream(r *http.Request, id string) (*opened, error) {
 			// one has heard of yet (a client that reconnects to another
 			// node at once). Read looks in the store before it calls a
 			// cursor stale; once it passes, the state has caught up.
-			if _, err := s.b.Read(r.Context(), id, cursor, 1); err != nil {
+			if _, err := s.store.Read(r.Context(), id, cursor, 1); err != nil {
 				return nil, err
 			}
-			if st, err = s.b.State(r.Context(), id); err != nil {
+			if st, err = s.store.State(r.Context(), id); err != nil {
 				return nil, err
 			}
 			err = st.Marks().CheckCursor(id, cursor)
@@ -151,7 +144,7 @@ func (s *Server) follow(ctx context.Context, c *sseConn, id string, o *opened) e
 	if err := c.flush(); err != nil {
 		return err
 	}
-	t := s.tails.join(s.b, id)
+	t := s.tails.join(s.store, id)
 	defer s.tails.leave(t)
 	cursor, status, detail := o.cursor, o.status, o.detail
 	for {
@@ -168,7 +161,7 @@ func (s *Server) follow(ctx context.Context, c *sseConn, id string, o *opened) e
 			// reconnect answer it with a 410 and the watermarks rather
 			// than skip events.
 			var err error
-			if recs, err = s.b.Read(ctx, id, cursor, replayBatch); err != nil {
+			if recs, err = s.store.Read(ctx, id, cursor, replayBatch); err != nil {
 				return err
 			}
 			if len(recs) == 0 {
@@ -328,7 +321,7 @@ func snapshotFrame(id string, st *sandbox.State) ([]byte, error) {
 // the response's buffers.
 type sseConn struct {
 	w       io.Writer
-	flusher func() error // sends what w holds to the client
+	rc      *http.ResponseController // its Flush sends what w holds to the client
 	idle    time.Duration
 	ping    *time.Timer
 	flushed time.Time // the last flush
@@ -351,31 +344,22 @@ var batchBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, b
 
 const batchBufferSize = 32 << 10
 
-// batch writes the frames of recs and flushes them. A stream that took its
-// connection writes them into its chunk, which is sent whenever it holds
-// batchBufferSize bytes; the others go through a batch buffer.
+// batch writes the frames of recs and flushes them.
 func (c *sseConn) batch(recs []sandbox.Record) error {
-	w := c.w
-	var bw *bufio.Writer
-	if _, taken := c.w.(*hijacked); !taken {
-		bw = batchBuffers.Get().(*bufio.Writer)
-		bw.Reset(c.w)
-		defer func() {
-			bw.Reset(nil)
-			batchBuffers.Put(bw)
-		}()
-		w = bw
-	}
+	bw := batchBuffers.Get().(*bufio.Writer)
+	bw.Reset(c.w)
+	defer func() {
+		bw.Reset(nil)
+		batchBuffers.Put(bw)
+	}()
 	var err error
 	for _, rec := range recs {
-		if c.scratch, err = writeFrame(w, c.scratch, rec.ID, string(rec.Type), rec.JSON); err != nil {
+		if c.scratch, err = writeFrame(bw, c.scratch, rec.ID, string(rec.Type), rec.JSON); err != nil {
 			return writeError{err}
 		}
 	}
-	if bw != nil {
-		if err := bw.Flush(); err != nil {
-			return writeError{err}
-		}
+	if err := bw.Flush(); err != nil {
+		return writeError{err}
 	}
 	return c.flush()
 }
@@ -409,7 +393,7 @@ func (c *sseConn) comment(text string) error {
 // when it fires after a write, it is set again for the rest of the
 // interval.
 func (c *sseConn) flush() error {
-	if err := c.flusher(); err != nil {
+	if err := c.rc.Flush(); err != nil {
 		return writeError{err}
 	}
 	c.flushed = time.Now()

@@ -67,7 +67,7 @@ type tails struct {
 
 // tail is the shared tail of one sandbox.
 type tail struct {
-	b    Backend
+	st   Store
 	id   string
 	refs int // streams that hold it, under tails.mu; it is in tails.m while there are any
 	view atomic.Pointer[tailView]
@@ -104,7 +104,7 @@ func (v *tailView) after(cursor uint64) []sandbox.Record {
 // join returns the tail of sandbox id for a new stream, which must leave
 // it when it ends. A new tail starts empty at the head: its first streams
 // read from the store up to it.
-func (ts *tails) join(b Backend, id string) *tail {
+func (ts *tails) join(st Store, id string) *tail {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.m == nil {
@@ -112,7 +112,7 @@ func (ts *tails) join(b Backend, id string) *tail {
 	}
 	t := ts.m[id]
 	if t == nil {
-		t = &tail{b: b, id: id, quit: make(chan struct{})}
+		t = &tail{st: st, id: id, quit: make(chan struct{})}
 		t.view.Store(t.next(nil))
 		ts.m[id] = t
 	}
@@ -179,8 +179,8 @@ func (t *tail) after(v *tailView) *tailView {
 // then the events published since prev, added to prev's and bounded to the
 // last tailMax, less what a prune removed.
 func (t *tail) next(prev *tailView) *tailView {
-	v := &tailView{wake: t.b.Wait(t.id), done: make(chan struct{})}
-	head, err := t.b.Head(t.id)
+	v := &tailView{wake: t.st.Wait(t.id), done: make(chan struct{})}
+	head, err := t.st.Head(t.id)
 	if err != nil {
 		v.err = err
 		return v
@@ -203,7 +203,7 @@ func (t *tail) next(prev *tailView) *tailView {
 			// A short read, of what the store keeps in memory. The events
 			// are appended past the end of prev's, which prev's readers
 			// do not see.
-			recs, err := t.b.Read(context.Background(), t.id, after, tailMax)
+			recs, err := t.st.Read(context.Background(), t.id, after, tailMax)
 			if err != nil {
 				// The streams behind get the error from the store.
 				after = head.LastEventID

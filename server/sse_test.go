@@ -1,8 +1,11 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -109,7 +112,7 @@ func TestStreamResumeAhead(t *testing.T) {
 	c := h.createSandbox()
 	ids := h.appendMessages(c.ID, 3, 10)
 	var lagged atomic.Int64
-	h.be.setLagState(func(st *sandbox.State) {
+	h.reads.setLagState(func(st *sandbox.State) {
 		if lagged.Add(1) == 1 {
 			st.Sandbox.LastEventID = sandbox.Seq(ids[0]) // the first answer is behind
 		}
@@ -120,7 +123,7 @@ func TestStreamResumeAhead(t *testing.T) {
 	s.expectIDs(live)
 	s.close()
 
-	h.be.setLagState(nil)
+	h.reads.setLagState(nil)
 	_, resp := h.tryStream(c.ID, "since="+sandbox.FormatID(live[0]+10), nil)
 	if resp == nil {
 		t.Fatal("a cursor the log never reached opened a stream")
@@ -141,7 +144,7 @@ func TestStreamSharedTail(t *testing.T) {
 	c := h.createSandbox()
 	old := h.appendMessages(c.ID, 3*tailMax, 10)
 	var reads atomic.Int64
-	h.be.setOnRead(func(id string, _ uint64) {
+	h.reads.setOnRead(func(id string, _ uint64) {
 		if id == c.ID {
 			reads.Add(1)
 		}
@@ -210,7 +213,7 @@ func TestStreamNoGap(t *testing.T) {
 	ev := &sandbox.Event{Type: sandbox.TypeToolUpdated, Data: &sandbox.ToolUpdated{ToolCallID: "tool_1", Title: "t", Kind: "read", Status: "running"}}
 	committed := make(chan struct{})
 	var once sync.Once
-	h.be.setAfterHead(func(id string) {
+	h.reads.setAfterHead(func(id string) {
 		if id == c.ID {
 			once.Do(func() {
 				if err := h.coord.AppendEvents(context.Background(), c.ID, ev); err != nil {
@@ -302,7 +305,7 @@ func TestStreamPrunedUnderfoot(t *testing.T) {
 	cut := ids[replayBatch-1]
 	reached, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	h.be.setOnRead(func(id string, after uint64) {
+	h.reads.setOnRead(func(id string, after uint64) {
 		if id == c.ID && after == cut {
 			once.Do(func() { close(reached) })
 			<-release
@@ -437,4 +440,126 @@ func readAll(resp *http.Response) ([]byte, error) {
 	var v json.RawMessage
 	err := json.NewDecoder(resp.Body).Decode(&v)
 	return v, err
+}
+
+// closedStreams tells of each stream that ended.
+type closedStreams struct {
+	nopObserver
+	ch chan struct{}
+}
+
+func (o closedStreams) StreamClosed() { o.ch <- struct{}{} }
+
+// rawResponse reads the head of the answer on a raw stream connection
+// (rawStream) and returns it with a parser of its body, past the snapshot.
+func rawResponse(t *testing.T, h *harness, id string) (*http.Response, *sseParser) {
+	t.Helper()
+	conn := h.rawStream(id, "")
+	if err := conn.SetReadDeadline(time.Now().Add(waitFor)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	p := newSSEParser(resp.Body)
+	if f, err := p.next(); err != nil || f.event != "snapshot" {
+		t.Fatalf("first frame %+v, %v; want the snapshot", f, err)
+	}
+	return resp, p
+}
+
+// TestStreamHTTP11: a stream over HTTP/1.1 is a chunked body any HTTP
+// client reads: the headers the server set, and frames smaller and larger
+// than smallFrame.
+func TestStreamHTTP11(t *testing.T) {
+	h := newHarness(t, options{})
+	c := h.createSandbox()
+	resp, p := rawResponse(t, h, c.ID)
+	if got := resp.TransferEncoding; len(got) != 1 || got[0] != "chunked" {
+		t.Fatalf("Transfer-Encoding %v, want chunked", got)
+	}
+	for k, want := range map[string]string{"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"} {
+		if got := resp.Header.Get(k); got != want {
+			t.Fatalf("%s = %q, want %q", k, got, want)
+		}
+	}
+	if resp.Header.Get("X-Request-Id") == "" || resp.Header.Get("Date") == "" {
+		t.Fatalf("headers %v lack X-Request-Id or Date", resp.Header)
+	}
+	want := append(h.appendMessages(c.ID, 1, 10), h.appendMessages(c.ID, 1, 3*smallFrame)...)
+	for _, id := range want {
+		f, err := p.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev sandbox.Event
+		if err := json.Unmarshal([]byte(f.data), &ev); err != nil || ev.ID != id {
+			t.Fatalf("frame %q: %v; want event %d", f.id, err, id)
+		}
+	}
+}
+
+// TestStreamClientLeaves: a client that closes its connection ends its
+// stream at once, not at the next keepalive (an hour here).
+func TestStreamClientLeaves(t *testing.T) {
+	obs := closedStreams{ch: make(chan struct{}, 4)}
+	h := newHarness(t, options{observer: obs, keepalive: time.Hour})
+	c := h.createSandbox()
+	conn := h.rawStream(c.ID, "")
+	if _, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	waitClosed(t, obs.ch)
+}
+
+// TestShutdownEndsStreams: Shutdown ends the streams of the server it
+// serves and returns only once they have ended, each body with its last
+// chunk.
+func TestShutdownEndsStreams(t *testing.T) {
+	obs := closedStreams{ch: make(chan struct{}, 4)}
+	h := newHarness(t, options{})
+	c := h.createSandbox()
+	srv := New(Config{Backend: h.be, Store: h.reads, Token: testToken, Observer: obs})
+	l, err := srv.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	other := *h
+	other.url = "http://" + l.Addr().String()
+	_, p := rawResponse(t, &other, c.ID)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	select {
+	case <-obs.ch:
+	default:
+		t.Fatal("Shutdown returned before the stream ended")
+	}
+	for {
+		_, err := p.next()
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, io.EOF) {
+			t.Fatalf("the body ended with %v, want io.EOF after its last chunk", err)
+		}
+		break
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("Serve did not return after Shutdown")
+	}
 }

@@ -134,7 +134,7 @@ func TestStreamHeadersBeforeReplay(t *testing.T) {
 	var open sync.Once
 	release := func() { open.Do(func() { close(gate) }) }
 	t.Cleanup(release)
-	h.be.setOnRead(func(id string, _ uint64) {
+	h.reads.setOnRead(func(id string, _ uint64) {
 		if id == c.ID {
 			<-gate
 		}
@@ -150,7 +150,7 @@ func TestStreamHeadersBeforeReplay(t *testing.T) {
 func TestShutdown(t *testing.T) {
 	h := newHarness(t, options{})
 	c := h.createSandbox()
-	srv := New(Config{Backend: h.be, Token: testToken})
+	srv := New(Config{Backend: h.be, Store: h.reads, Token: testToken})
 	l, err := srv.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

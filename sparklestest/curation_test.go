@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/sparklestest"
 )
@@ -96,7 +96,7 @@ func TestCurationEverySurface(t *testing.T) {
 		get(path)
 	}
 	text := all.String()
-	for _, leak := range []string{secret, mcpSecret, srv.DataDir, filepath.Join(srv.DataDir, "sandboxes", sb.ID),
+	for _, leak := range []string{secret, mcpSecret, srv.DataDir, string(datadir.Dir(srv.DataDir).Sandbox(sb.ID)),
 		"rawInput", "rawOutput", "sessionId", "_meta", "terminal_id", "terminal_output", "\x1b["} {
 		if strings.Contains(text, leak) {
 			t.Errorf("%q reached a client", leak)

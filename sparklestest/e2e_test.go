@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/sparklestest"
 )
@@ -217,7 +218,7 @@ func TestHTTPFileConfinement(t *testing.T) {
 	if tool := find[sandbox.ToolUpdated](evs); tool == nil || tool.Status != sandbox.ToolFailed {
 		t.Fatalf("tool = %+v, want failed", tool)
 	}
-	work := filepath.Join(r.srv.DataDir, "sandboxes", r.sb.ID, "work")
+	work := datadir.Dir(r.srv.DataDir).Sandbox(r.sb.ID).Work()
 	if _, err := os.Stat(filepath.Join(work, "..", "escape.txt")); err == nil {
 		t.Fatal("the agent wrote outside its sandbox directory")
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/client"
 	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/loopback"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/sparklestest"
@@ -76,7 +77,7 @@ func TestWithAgentHostPort(t *testing.T) {
 		if evs := runTurn(t, ctx, srv.Client, sb.ID, "hello"); turnStatus(evs) != sandbox.TurnSucceeded {
 			t.Fatalf("%s: turn: %s", name, kinds(evs))
 		}
-		b, err := os.ReadFile(filepath.Join(srv.DataDir, "sandboxes", sb.ID, "work", "dial.txt"))
+		b, err := os.ReadFile(filepath.Join(datadir.Dir(srv.DataDir).Sandbox(sb.ID).Work(), "dial.txt"))
 		if got := string(b); err != nil || !strings.HasPrefix(got, want) {
 			t.Errorf("agent %s reached %q (%v), want %q", name, got, err, want)
 		}

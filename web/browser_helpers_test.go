@@ -97,7 +97,7 @@ func (s *sparkles) start() {
 		st.Close()
 		s.t.Fatalf("recover: %v", err)
 	}
-	srv := server.New(server.Config{Backend: co, Token: testToken, Logger: log, Static: web.Handler(), Webhooks: s.webhooks})
+	srv := server.New(server.Config{Backend: co, Store: st, Token: testToken, Logger: log, Static: web.Handler(), Webhooks: s.webhooks})
 	l, err := net.Listen("tcp", s.addr)
 	if err != nil {
 		co.Close()

@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -28,6 +27,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/cluster"
 	"github.com/sparkles-dev/sparkles/internal/confine"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/metrics"
 	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
@@ -40,9 +40,9 @@ import (
 	"github.com/sparkles-dev/sparkles/web"
 )
 
-// Store is what serve needs of an event store: what the coordinator and the
-// retention loop use, and the consistency check. The bbolt file and NATS
-// JetStream both provide it.
+// Store is what serve needs of an event store: what the coordinator, the
+// server's reads and the retention loop use, and the consistency check.
+// The bbolt file and NATS JetStream both provide it.
 type Store interface {
 	sandbox.Store
 	retention.Store
@@ -54,10 +54,12 @@ var (
 	_ Store = (*natsstore.Store)(nil)
 )
 
-// The API's connection caps by default: see server.Config.
+// The API's defaults that serve's flags show: see server.Config.
 const (
 	DefaultMaxConnections                = server.DefaultMaxConnections
 	DefaultMaxUnauthenticatedConnections = server.DefaultMaxUnauthenticatedConnections
+	DefaultUnauthenticatedIdleTimeout    = server.DefaultUnauthenticatedIdleTimeout
+	DefaultKeepalive                     = server.DefaultKeepalive
 )
 
 // ErrNotConfinable is the error of a Run that would confine agent
@@ -119,8 +121,8 @@ type Main struct {
 	// AgentFSBudget: coordinator.Config.FSBudget.
 	AgentFSBudget int64
 	// SandboxDiskMax and DiskReserve are the disk limits of agents (see
-	// coordinator.Config); zero is none. serve's flags default to 10 GiB
-	// and 1 GiB.
+	// coordinator.Config); zero is none, which serve's flags replace with
+	// defaults.
 	SandboxDiskMax int64
 	DiskReserve    int64
 	// FileLimits bound what the API writes into a workspace (see
@@ -304,6 +306,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.Server = server.New(server.Config{
 		Backend:     co,
+		Store:       st,
 		CORSOrigins: m.CORSOrigins,
 		Token:       token,
 		Keepalive:   m.Keepalive,
@@ -430,7 +433,7 @@ func launcher(l *confine.Launcher) agent.Launcher {
 // of coordinators sharing it. where names the store for messages.
 func (m *Main) openStore(ctx context.Context) (st Store, where string, err error) {
 	if m.StoreURL == "" {
-		where = filepath.Join(m.DataDir, "sparkles.db")
+		where = datadir.Dir(m.DataDir).Store()
 		if err := m.checkDatabaseKept(where); err != nil {
 			return nil, "", err
 		}
@@ -584,7 +587,7 @@ func (m *Main) checkDatabaseKept(path string) error {
 	if err == nil {
 		state = "empty (0 bytes)"
 	}
-	dir := filepath.Join(m.DataDir, "sandboxes")
+	dir := datadir.Dir(m.DataDir).Sandboxes()
 	entries, _ := os.ReadDir(dir)
 	boxes := 0
 	for _, e := range entries {
@@ -656,7 +659,7 @@ func loadToken(dataDir, given string) (token, path string, err error) {
 	if given != "" {
 		return given, "", nil
 	}
-	path = filepath.Join(dataDir, "token")
+	path = datadir.Dir(dataDir).Token()
 	b, err := os.ReadFile(path)
 	if err == nil {
 		if t := strings.TrimSpace(string(b)); t != "" {

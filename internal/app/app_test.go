@@ -15,6 +15,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/confine"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 )
 
@@ -120,7 +121,7 @@ func TestTightensDataDir(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil { // whatever the umask
 		t.Fatal(err)
 	}
-	token := filepath.Join(dir, "token")
+	token := datadir.Dir(dir).Token()
 	if err := os.WriteFile(token, []byte("spk_kept\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

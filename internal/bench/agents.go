@@ -165,7 +165,7 @@ func (a *benchAgents) AgentsRunning(delta int) {
 // runTurns runs one turn in each sandbox, a few at a time, each to its end.
 func runTurns(ctx context.Context, l *local, ids []string) error {
 	return parallel(ctx, len(ids), 16, func(ctx context.Context, i int) error {
-		_, err := turnUntil(ctx, l.coord, ids[i], sandbox.TypeTurnCompleted)
+		_, err := turnUntil(ctx, l, ids[i], sandbox.TypeTurnCompleted)
 		return err
 	})
 }
@@ -175,7 +175,7 @@ func runTurns(ctx context.Context, l *local, ids []string) error {
 func wakeTurns(ctx context.Context, l *local, ids []string) ([]float64, error) {
 	var out []float64
 	for _, id := range ids {
-		sb, err := l.coord.Sandbox(ctx, id)
+		sb, err := l.store.Sandbox(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -183,17 +183,17 @@ func wakeTurns(ctx context.Context, l *local, ids []string) ([]float64, error) {
 			return nil, fmt.Errorf("sandbox %s is %s (%s), not stopped", id, sb.Status, sb.StatusDetail)
 		}
 		start := time.Now()
-		turnID, err := turnUntil(ctx, l.coord, id, sandbox.TypeTurnStarted)
+		turnID, err := turnUntil(ctx, l, id, sandbox.TypeTurnStarted)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, ms(time.Since(start)))
 		// The figure is of a boot that loads the session: one that opened
 		// a new session instead measured something else.
-		if sb, err := l.coord.Sandbox(ctx, id); err != nil || !strings.Contains(sb.StatusDetail, "earlier session") || strings.Contains(sb.StatusDetail, "new session") {
+		if sb, err := l.store.Sandbox(ctx, id); err != nil || !strings.Contains(sb.StatusDetail, "earlier session") || strings.Contains(sb.StatusDetail, "new session") {
 			return nil, fmt.Errorf("sandbox %s did not load its session: %s (%v)", id, sb.StatusDetail, err)
 		}
-		if err := waitEvent(ctx, l.coord, id, turnID, sandbox.TypeTurnCompleted); err != nil {
+		if err := waitEvent(ctx, l.store, id, turnID, sandbox.TypeTurnCompleted); err != nil {
 			return nil, err
 		}
 	}
@@ -201,28 +201,28 @@ func wakeTurns(ctx context.Context, l *local, ids []string) ([]float64, error) {
 }
 
 // turnUntil starts a turn and waits until the turn has an event of typ.
-func turnUntil(ctx context.Context, co *coordinator.Coordinator, id string, typ sandbox.Type) (string, error) {
-	head, err := co.Head(id)
+func turnUntil(ctx context.Context, l *local, id string, typ sandbox.Type) (string, error) {
+	head, err := l.store.Head(id)
 	if err != nil {
 		return "", err
 	}
-	turn, err := co.StartTurn(ctx, id, "hello")
+	turn, err := l.coord.StartTurn(ctx, id, "hello")
 	if err != nil {
 		return "", err
 	}
-	return turn.ID, waitEventAfter(ctx, co, id, head.LastEventID, turn.ID, typ)
+	return turn.ID, waitEventAfter(ctx, l.store, id, head.LastEventID, turn.ID, typ)
 }
 
-func waitEvent(ctx context.Context, co *coordinator.Coordinator, id, turnID string, typ sandbox.Type) error {
-	return waitEventAfter(ctx, co, id, 0, turnID, typ)
+func waitEvent(ctx context.Context, st sandbox.Store, id, turnID string, typ sandbox.Type) error {
+	return waitEventAfter(ctx, st, id, 0, turnID, typ)
 }
 
 // waitEventAfter waits until the log of id, after the given id, holds an
 // event of typ in the turn.
-func waitEventAfter(ctx context.Context, co *coordinator.Coordinator, id string, after uint64, turnID string, typ sandbox.Type) error {
+func waitEventAfter(ctx context.Context, st sandbox.Store, id string, after uint64, turnID string, typ sandbox.Type) error {
 	for {
-		wait := co.Wait(id)
-		recs, err := co.Read(ctx, id, after, 1000)
+		wait := st.Wait(id)
+		recs, err := st.Read(ctx, id, after, 1000)
 		if err != nil {
 			return err
 		}

@@ -122,7 +122,7 @@ func RunChild(ctx context.Context, dir string, in io.Reader, out io.Writer) erro
 		case "heads":
 			rep.Lasts = make([]uint64, len(req.IDs))
 			for i, id := range req.IDs {
-				h, herr := l.coord.Head(id)
+				h, herr := l.store.Head(id)
 				rep.Lasts[i], err = h.LastEventID, errors.Join(err, herr)
 			}
 		case "mem":

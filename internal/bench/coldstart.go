@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 )
 
 // runColdStart measures how long a server takes to start on a large data
@@ -58,8 +60,9 @@ func coldStartDir(ctx context.Context, r *runner, req childRequest, what string,
 	var written procMem
 	var writtenGo childReply
 	if err == nil {
-		// What the server that wrote every event still holds: its caches
-		// of recent records are bounded across sandboxes, so not the log.
+		// What the server that wrote every event still holds: of the
+		// records, only what its WAL has not moved into the file, so not
+		// the log.
 		written, writtenGo, err = settledMem(ctx, c)
 	}
 	c.close()
@@ -79,7 +82,7 @@ func coldStartDir(ctx context.Context, r *runner, req childRequest, what string,
 		return err
 	}
 	s.stop()
-	fi, err := os.Stat(filepath.Join(dir, "sparkles.db"))
+	fi, err := os.Stat(datadir.Dir(dir).Store())
 	if err != nil {
 		return err
 	}
@@ -227,6 +230,10 @@ type started struct {
 	stop  func()
 }
 
+// storeFile is the name of the bbolt file in a data dir, as a process's
+// maps show it.
+var storeFile = filepath.Base(datadir.Dir("").Store())
+
 // mappedRSS sums the resident bytes of the mappings of pid whose file is
 // named name, from /proc/PID/smaps.
 func mappedRSS(pid int, name string) (int64, error) {
@@ -281,7 +288,7 @@ func (r *runner) timedStart(ctx context.Context, dir string) (*started, error) {
 		s := &started{start: start, pid: c.cmd.Process.Pid, took: time.Since(start), stop: c.close}
 		s.mem, err = c.mem()
 		if err == nil {
-			s.dbRSS, err = mappedRSS(c.cmd.Process.Pid, "sparkles.db")
+			s.dbRSS, err = mappedRSS(c.cmd.Process.Pid, storeFile)
 		}
 		if err != nil {
 			c.close()
@@ -364,7 +371,7 @@ func (r *runner) timedStart(ctx context.Context, dir string) (*started, error) {
 	s := &started{start: start, pid: cmd.Process.Pid, took: took, ready: ready, stop: stop, passed: passed}
 	s.mem, err = readProcMem(cmd.Process.Pid)
 	if err == nil {
-		s.dbRSS, err = mappedRSS(cmd.Process.Pid, "sparkles.db")
+		s.dbRSS, err = mappedRSS(cmd.Process.Pid, storeFile)
 	}
 	if err != nil {
 		stop()

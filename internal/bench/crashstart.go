@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 )
 
 // runCrashStart measures how long a server takes to start on a large data
@@ -37,7 +38,7 @@ func runCrashStart(ctx context.Context, r *runner) error {
 	if err != nil {
 		return err
 	}
-	fi, err := os.Stat(filepath.Join(dir, "sparkles.db"))
+	fi, err := os.Stat(datadir.Dir(dir).Store())
 	if err != nil {
 		return err
 	}

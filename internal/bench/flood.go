@@ -210,14 +210,14 @@ func stopFloods(ctx context.Context, l *local, floods map[string]string) error {
 	}
 	err := parallel(ctx, len(ids), 32, func(ctx context.Context, i int) error {
 		turn := floods[ids[i]]
-		head, err := l.coord.Head(ids[i])
+		head, err := l.store.Head(ids[i])
 		if err != nil {
 			return err
 		}
 		if _, err := l.coord.CancelTurn(ctx, ids[i], turn); err != nil {
 			return err
 		}
-		return waitEventAfter(ctx, l.coord, ids[i], head.LastEventID, turn, sandbox.TypeTurnCompleted)
+		return waitEventAfter(ctx, l.store, ids[i], head.LastEventID, turn, sandbox.TypeTurnCompleted)
 	})
 	clear(floods)
 	return err

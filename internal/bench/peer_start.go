@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 )
 
 // peerStart measures how long each server takes to start on a store of
@@ -28,7 +29,7 @@ func peerStart(ctx context.Context, r *runner, mercureDB string) error {
 	if err != nil {
 		return err
 	}
-	sFile, err := fileSize(filepath.Join(dir, "sparkles.db"))
+	sFile, err := fileSize(datadir.Dir(dir).Store())
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/internal/app"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -82,7 +82,7 @@ func startLocal(dir string, logger *slog.Logger, agents *benchAgents) (*local, e
 	return &local{
 		main:    m,
 		store:   m.Store.(*boltstore.Store),
-		path:    filepath.Join(dir, "sparkles.db"),
+		path:    datadir.Dir(dir).Store(),
 		coord:   m.Coordinator,
 		streams: obs,
 		addr:    m.Listener.Addr().String(),
@@ -105,7 +105,7 @@ func newToken() string {
 func createSandboxes(ctx context.Context, co *coordinator.Coordinator, n int) ([]string, error) {
 	ids := make([]string, n)
 	err := parallel(ctx, n, 32, func(ctx context.Context, i int) error {
-		sb, err := co.CreateSandbox(ctx, coordinator.CreateParams{})
+		sb, err := co.CreateSandbox(ctx, sandbox.CreateParams{})
 		ids[i] = sb.ID
 		return err
 	})

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -94,7 +94,7 @@ func sizeThroughAgent(ctx context.Context, r *runner) error {
 	if _, err := fillLongTurn(ctx, r, dir, n); err != nil {
 		return err
 	}
-	path := filepath.Join(dir, "sparkles.db")
+	path := datadir.Dir(dir).Store()
 	st, err := boltstore.Open(path, boltstore.Options{})
 	if err != nil {
 		return err

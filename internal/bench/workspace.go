@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/benchtree"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/snapshot"
 	"github.com/sparkles-dev/sparkles/internal/workspace"
 )
@@ -31,7 +31,7 @@ func runWorkspace(ctx context.Context, r *runner) error {
 	defer cleanup()
 	tree := pick(r, benchtree.Full, benchtree.Spec{Files: 200, Dirs: 10, Bytes: 1 << 20})
 	rounds, archives := pick(r, 20, 3), pick(r, 3, 1)
-	work, store := filepath.Join(dir, "work"), filepath.Join(dir, "snapshots")
+	work, store := datadir.Sandbox(dir).Work(), datadir.Sandbox(dir).Snapshots()
 	if err := os.Mkdir(work, 0o755); err != nil {
 		return err
 	}

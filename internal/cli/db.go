@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/sparkles-dev/sparkles/boltstore"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/urfave/cli/v2"
 )
@@ -98,7 +98,7 @@ func dataDirFlag() cli.Flag {
 }
 
 // dbPath is where serve keeps the database in a data dir.
-func dbPath(dataDir string) string { return filepath.Join(dataDir, "sparkles.db") }
+func dbPath(dataDir string) string { return datadir.Dir(dataDir).Store() }
 
 // dbStats is the output of db stats; ids are decimal strings as in the API.
 type dbStats struct {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/client"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/sparklestest"
 )
@@ -71,7 +72,7 @@ func TestSandboxLogsCommand(t *testing.T) {
 			done <- app.RunContext(runCtx, []string{"sparkles", "sandbox", "logs", "--url", srv.URL, "--token", sparklestest.DefaultToken, id, "-f"})
 			pw.Close()
 		}()
-		f, err := os.OpenFile(filepath.Join(srv.DataDir, "sandboxes", id, "agent.log"), os.O_WRONLY|os.O_APPEND, 0)
+		f, err := os.OpenFile(datadir.Dir(srv.DataDir).Sandbox(id).AgentLog(), os.O_WRONLY|os.O_APPEND, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/client"
 	"github.com/sparkles-dev/sparkles/internal/app"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -243,7 +243,7 @@ func keyValues(flag string, pairs []string) (map[string]string, error) {
 // The flags and helpers below are shared by every command that calls a
 // server: sandbox, prompt, events, approve, deny, cancel.
 
-const defaultURL = "http://127.0.0.1:7410"
+const defaultURL = "http://" + defaultAddr
 
 func jsonFlag() cli.Flag {
 	return &cli.BoolFlag{Name: "json", EnvVars: []string{"SPARKLES_JSON"}, Usage: "print JSON for scripts"}
@@ -293,7 +293,7 @@ func newAPIClient(c *cli.Context) (*apiClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	api := &apiClient{url: raw, tokenPath: filepath.Join(c.String("data-dir"), "token"), tokenFrom: "--token or SPARKLES_TOKEN"}
+	api := &apiClient{url: raw, tokenPath: datadir.Dir(c.String("data-dir")).Token(), tokenFrom: "--token or SPARKLES_TOKEN"}
 	token := c.String("token")
 	if token == "" {
 		if !isLocalHost(u.Hostname()) {

@@ -30,3 +30,20 @@ func TestLogFlags(t *testing.T) {
 		t.Error("--log-level debug: debug not enabled")
 	}
 }
+
+// TestFormatSize: the defaults of the size flags read back as they were
+// written, in the largest unit that divides them.
+func TestFormatSize(t *testing.T) {
+	for _, tc := range []struct {
+		n    int64
+		want string
+	}{{256 << 20, "256M"}, {4 << 30, "4G"}, {1536 << 20, "1536M"}, {3 << 10, "3K"}, {1000, "1000"}} {
+		got := formatSize(tc.n)
+		if got != tc.want {
+			t.Errorf("formatSize(%d) = %q, want %q", tc.n, got, tc.want)
+		}
+		if back, err := parseSize(got); err != nil || back != tc.n {
+			t.Errorf("parseSize(%q) = %d, %v, want %d", got, back, err, tc.n)
+		}
+	}
+}

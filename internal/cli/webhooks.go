@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -37,18 +36,16 @@ func newWebhooksCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					api, err := newAPIClient(c)
-					if err != nil {
-						return err
-					}
-					wh, err := api.CreateWebhook(c.Context, sandbox.WebhookParams{
-						URL:         args[0],
-						Events:      eventTypes(c.StringSlice("event")),
-						SandboxID:   c.String("sandbox"),
-						Description: c.String("description"),
+					wh, err := webhookCall(c, func(api *apiClient) (sandbox.CreatedWebhook, error) {
+						return api.CreateWebhook(c.Context, sandbox.WebhookParams{
+							URL:         args[0],
+							Events:      eventTypes(c.StringSlice("event")),
+							SandboxID:   c.String("sandbox"),
+							Description: c.String("description"),
+						})
 					})
 					if err != nil {
-						return describeWebhook(api, err)
+						return err
 					}
 					return printCreatedWebhook(c, wh)
 				},
@@ -61,21 +58,16 @@ func newWebhooksCommand() *cli.Command {
 					if _, err := positional(c, 0, 0); err != nil {
 						return err
 					}
-					api, err := newAPIClient(c)
+					list, err := webhookCall(c, func(api *apiClient) ([]sandbox.Webhook, error) {
+						return api.ListWebhooks(c.Context)
+					})
 					if err != nil {
 						return err
 					}
-					list, err := api.ListWebhooks(c.Context)
-					if err != nil {
-						return describeWebhook(api, err)
+					if list == nil {
+						list = []sandbox.Webhook{}
 					}
-					if c.Bool("json") {
-						if list == nil {
-							list = []sandbox.Webhook{}
-						}
-						return printJSON(c.App.Writer, list)
-					}
-					return printWebhooks(c.App.Writer, list)
+					return printAnswer(c, list, printWebhooks)
 				},
 			},
 			{
@@ -84,7 +76,17 @@ func newWebhooksCommand() *cli.Command {
 				ArgsUsage: "ID",
 				Flags:     clientFlags(jsonFlag()),
 				Action: func(c *cli.Context) error {
-					return onWebhook(c, (*client.Client).GetWebhook)
+					args, err := positional(c, 1, 1)
+					if err != nil {
+						return err
+					}
+					wh, err := webhookCall(c, func(api *apiClient) (sandbox.Webhook, error) {
+						return api.GetWebhook(c.Context, args[0])
+					})
+					if err != nil {
+						return err
+					}
+					return printAnswer(c, wh, printWebhook)
 				},
 			},
 			{
@@ -108,18 +110,13 @@ func newWebhooksCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					api, err := newAPIClient(c)
+					wh, err := webhookCall(c, func(api *apiClient) (sandbox.Webhook, error) {
+						return api.UpdateWebhook(c.Context, args[0], p)
+					})
 					if err != nil {
 						return err
 					}
-					wh, err := api.UpdateWebhook(c.Context, args[0], p)
-					if err != nil {
-						return describeWebhook(api, err)
-					}
-					if c.Bool("json") {
-						return printJSON(c.App.Writer, wh)
-					}
-					return printWebhook(c.App.Writer, wh)
+					return printAnswer(c, wh, printWebhook)
 				},
 			},
 			{
@@ -132,13 +129,11 @@ func newWebhooksCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					api, err := newAPIClient(c)
+					wh, err := webhookCall(c, func(api *apiClient) (sandbox.Webhook, error) {
+						return api.DeleteWebhook(c.Context, args[0])
+					})
 					if err != nil {
 						return err
-					}
-					wh, err := api.DeleteWebhook(c.Context, args[0])
-					if err != nil {
-						return describeWebhook(api, err)
 					}
 					if c.Bool("json") {
 						return printJSON(c.App.Writer, wh)
@@ -157,13 +152,11 @@ func newWebhooksCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					api, err := newAPIClient(c)
+					wh, err := webhookCall(c, func(api *apiClient) (sandbox.CreatedWebhook, error) {
+						return api.RotateWebhookSecret(c.Context, args[0])
+					})
 					if err != nil {
 						return err
-					}
-					wh, err := api.RotateWebhookSecret(c.Context, args[0])
-					if err != nil {
-						return describeWebhook(api, err)
 					}
 					return printCreatedWebhook(c, wh)
 				},
@@ -178,21 +171,16 @@ func newWebhooksCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					api, err := newAPIClient(c)
+					list, err := webhookCall(c, func(api *apiClient) ([]sandbox.WebhookDelivery, error) {
+						return api.WebhookDeliveries(c.Context, args[0])
+					})
 					if err != nil {
 						return err
 					}
-					list, err := api.WebhookDeliveries(c.Context, args[0])
-					if err != nil {
-						return describeWebhook(api, err)
+					if list == nil {
+						list = []sandbox.WebhookDelivery{}
 					}
-					if c.Bool("json") {
-						if list == nil {
-							list = []sandbox.WebhookDelivery{}
-						}
-						return printJSON(c.App.Writer, list)
-					}
-					return printDeliveries(c.App.Writer, list)
+					return printAnswer(c, list, printDeliveries)
 				},
 			},
 			{
@@ -205,13 +193,11 @@ func newWebhooksCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					api, err := newAPIClient(c)
+					d, err := webhookCall(c, func(api *apiClient) (sandbox.WebhookDelivery, error) {
+						return api.RetryWebhookDelivery(c.Context, args[0], args[1])
+					})
 					if err != nil {
 						return err
-					}
-					d, err := api.RetryWebhookDelivery(c.Context, args[0], args[1])
-					if err != nil {
-						return describeWebhook(api, err)
 					}
 					if c.Bool("json") {
 						err = printJSON(c.App.Writer, d)
@@ -282,25 +268,27 @@ func webhookPatch(c *cli.Context) (sandbox.WebhookPatch, error) {
 	return p, nil
 }
 
-// onWebhook runs one call on the endpoint named by the command's only
-// argument and prints the answer.
-func onWebhook(c *cli.Context, call func(*client.Client, context.Context, string) (sandbox.Webhook, error)) error {
-	args, err := positional(c, 1, 1)
-	if err != nil {
-		return err
-	}
+// webhookCall makes the command's API client and runs its one call,
+// describing a refusal in the words of webhooks.
+func webhookCall[T any](c *cli.Context, call func(api *apiClient) (T, error)) (T, error) {
 	api, err := newAPIClient(c)
 	if err != nil {
-		return err
+		var zero T
+		return zero, err
 	}
-	wh, err := call(api.Client, c.Context, args[0])
+	v, err := call(api)
 	if err != nil {
-		return describeWebhook(api, err)
+		return v, describeWebhook(api, err)
 	}
+	return v, nil
+}
+
+// printAnswer prints an answer as JSON with --json, else as text does.
+func printAnswer[T any](c *cli.Context, v T, text func(io.Writer, T) error) error {
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, wh)
+		return printJSON(c.App.Writer, v)
 	}
-	return printWebhook(c.App.Writer, wh)
+	return text(c.App.Writer, v)
 }
 
 // describeWebhook is apiClient.describe with what a webhook command adds:

@@ -2,7 +2,7 @@
 // store: leases of sandboxes held by nodes, and the calls one node forwards
 // to the node that holds a sandbox's lease. The coordinator uses it;
 // natscluster implements it on NATS, beside the store it shares
-// (natsstore), which refuses with ErrFenced the appends of a node that
+// (natsstore), which refuses with sandbox.ErrFenced the appends of a node that
 // lost a sandbox's lease.
 package cluster
 
@@ -69,11 +69,6 @@ var (
 	ErrLeaseLost = errors.New("this node's leases lapsed before they could be renewed")
 	// ErrUnreachable is wrapped by Cluster.Forward when no node listens.
 	ErrUnreachable = errors.New("the node does not answer")
-	// ErrFenced is matched by the error of a Store.Append that this node
-	// may no longer make: the sandbox's lease lapsed or moved to another
-	// node, which may already be writing its log. Nothing was written;
-	// the node stops acting for the sandbox.
-	ErrFenced = errors.New("this node no longer holds the sandbox's lease")
 )
 
 // Operations a node forwards to the holder of a sandbox's lease.

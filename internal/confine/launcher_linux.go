@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 )
 
 // Defaults of Options.
@@ -289,7 +290,7 @@ func (l *Launcher) spec(cmd *exec.Cmd, sandbox string) (spec, error) {
 	if err != nil {
 		return spec{}, err
 	}
-	home, tmp := filepath.Join(sandbox, "home"), filepath.Join(sandbox, "tmp")
+	home, tmp := datadir.Sandbox(sandbox).Home(), datadir.Sandbox(sandbox).Tmp()
 	for _, d := range []string{sandbox, home, tmp} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return spec{}, err
@@ -310,7 +311,7 @@ func (l *Launcher) spec(cmd *exec.Cmd, sandbox string) (spec, error) {
 	if real, err := filepath.EvalSymlinks(sandbox); err == nil {
 		sandbox = real
 	}
-	home, tmp = filepath.Join(sandbox, "home"), filepath.Join(sandbox, "tmp")
+	home, tmp = datadir.Sandbox(sandbox).Home(), datadir.Sandbox(sandbox).Tmp()
 	if l.agentID != 0 {
 		for _, d := range []string{dir, home, tmp} {
 			if err := ownTree(d, l.agentID); err != nil {
@@ -534,13 +535,14 @@ func (l *Launcher) probe() error {
 		return fmt.Errorf("probe: %w", err)
 	}
 	sandbox := filepath.Join(scratch, "sandbox")
-	if err := os.MkdirAll(filepath.Join(sandbox, "work"), 0o700); err != nil {
+	work := datadir.Sandbox(sandbox).Work()
+	if err := os.MkdirAll(work, 0o700); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, l.self, checkArg, canary, filepath.Join(sandbox, "work", "probe"))
-	cmd.Dir = filepath.Join(sandbox, "work")
+	cmd := exec.CommandContext(ctx, l.self, checkArg, canary, filepath.Join(work, "probe"))
+	cmd.Dir = work
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	sp, err := l.spec(cmd, sandbox)

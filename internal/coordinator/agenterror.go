@@ -89,7 +89,7 @@ func (b *box) sanitize(s string, n int) string {
 // workDirs are the spellings of the sandbox's work directory an agent may
 // print: the one it was given, and the one its symlinks resolve to.
 func (b *box) workDirs() []string {
-	dir, err := filepath.Abs(filepath.Join(b.dir(), "work"))
+	dir, err := filepath.Abs(b.dir().Work())
 	if err != nil {
 		return nil
 	}

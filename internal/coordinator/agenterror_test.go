@@ -110,7 +110,7 @@ func TestAgentError(t *testing.T) {
 			{"result": map[string]any{"stopReason": "end_turn"}},
 		}}
 		e := newScriptEnv(t, a, &log)
-		sb := e.create(coordinator.CreateParams{Agent: "script", Secrets: map[string]string{"KEY": secret}})
+		sb := e.create(sandbox.CreateParams{Agent: "script", Secrets: map[string]string{"KEY": secret}})
 		e.waitStatus(sb.ID, sandbox.StatusReady)
 		evs := e.turnOf(sb, "hello")
 		wantFailed(t, evs, sandbox.ErrAgent, sandbox.ErrAgent)
@@ -156,7 +156,7 @@ func TestAgentError(t *testing.T) {
 				prompts:     []map[string]any{{"error": tc.err}},
 			}
 			e := newScriptEnv(t, a, nil)
-			sb := e.create(coordinator.CreateParams{Agent: "script"})
+			sb := e.create(sandbox.CreateParams{Agent: "script"})
 			evs := e.turnOf(sb, "hello")
 			wantFailed(t, evs, sandbox.ErrAgent, sandbox.ErrAgent)
 			if got := sandboxError(evs).Message; got != tc.want {
@@ -169,7 +169,7 @@ func TestAgentError(t *testing.T) {
 			{"error": map[string]any{"code": -32603, "message": strings.Repeat("é", 400) + " " + secret}},
 		}}
 		e := newScriptEnv(t, a, nil)
-		sb := e.create(coordinator.CreateParams{Agent: "script", Secrets: map[string]string{"KEY": secret}})
+		sb := e.create(sandbox.CreateParams{Agent: "script", Secrets: map[string]string{"KEY": secret}})
 		evs := e.turnOf(sb, "hello")
 		wantFailed(t, evs, sandbox.ErrAgent, sandbox.ErrAgent)
 		msg := sandboxError(evs).Message
@@ -181,7 +181,7 @@ func TestAgentError(t *testing.T) {
 		// A result without a stop reason is malformed, not the agent's error.
 		a := &scriptAgent{prompts: []map[string]any{{"result": map[string]any{}}}}
 		e := newScriptEnv(t, a, nil)
-		sb := e.create(coordinator.CreateParams{Agent: "script"})
+		sb := e.create(sandbox.CreateParams{Agent: "script"})
 		c := completed(e.turnOf(sb, "hello"))
 		if c.Status != sandbox.TurnFailed || c.Error == nil || c.Error.Code != sandbox.ErrProtocol {
 			t.Fatalf("turn.completed = %+v, want failed with %s", c, sandbox.ErrProtocol)
@@ -216,7 +216,7 @@ func TestAuthRequired(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newScriptEnv(t, &scriptAgent{authMethods: tc.methods, newSession: tc.refusal}, nil)
-			sb := e.create(coordinator.CreateParams{Agent: "script"})
+			sb := e.create(sandbox.CreateParams{Agent: "script"})
 			got := e.waitStatus(sb.ID, sandbox.StatusFailed)
 			if got.StatusDetail != tc.want {
 				t.Fatalf("status_detail %q, want %q", got.StatusDetail, tc.want)

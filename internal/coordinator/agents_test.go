@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -29,7 +30,7 @@ func newRecEnv(t *testing.T, a *recAgent, tweak func(*coordinator.Config)) *env 
 // logText is the whole log of a sandbox as stored.
 func (e *env) logText(id string) string {
 	e.t.Helper()
-	recs, err := e.co.Read(context.Background(), id, 0, 1000)
+	recs, err := e.store.Read(context.Background(), id, 0, 1000)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -46,8 +47,8 @@ func (e *env) waitDetail(id, s string) sandbox.Sandbox {
 	e.t.Helper()
 	deadline := time.After(30 * time.Second)
 	for {
-		ch := e.co.Wait(id)
-		sb, err := e.co.Sandbox(context.Background(), id)
+		ch := e.store.Wait(id)
+		sb, err := e.store.Sandbox(context.Background(), id)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -74,7 +75,7 @@ func TestIdleStop(t *testing.T) {
 		c.AgentIdleTimeout = 100 * time.Millisecond
 		c.Observer = drops
 	})
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	if got := completed(e.turnOf(sb, "first question")); got.Status != sandbox.TurnSucceeded {
 		t.Fatalf("first turn = %+v", got)
 	}
@@ -93,7 +94,7 @@ func TestIdleStop(t *testing.T) {
 	}
 	// The agent may have idled out more than once; every boot after the
 	// first loads the one session the first opened.
-	work := filepath.Join(e.dir, "sandboxes", sb.ID, "work")
+	work := datadir.Dir(e.dir).Sandbox(sb.ID).Work()
 	first := boots[0]
 	if len(first) < 2 || first[1].Method != "session/new" {
 		t.Fatalf("first boot: %+v, want initialize and session/new", first)
@@ -124,7 +125,7 @@ func TestIdleStop(t *testing.T) {
 // turn after the idle stop remembers the one before it.
 func TestIdleStopDemo(t *testing.T) {
 	e := newEnv(t, func(c *coordinator.Config) { c.AgentIdleTimeout = 100 * time.Millisecond })
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	e.turnOf(sb, "first question")
 	e.waitStatus(sb.ID, sandbox.StatusStopped)
 	text := ""
@@ -143,7 +144,7 @@ func TestIdleStopDemo(t *testing.T) {
 func TestAgentExitResumes(t *testing.T) {
 	a := newRecAgent()
 	e := newRecEnv(t, a, nil)
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	if got := completed(e.turnOf(sb, "please exit")); got.Status != sandbox.TurnFailed || got.Error.Code != sandbox.ErrAgentExited {
 		t.Fatalf("turn = %+v, want failed with agent_exited", got)
 	}
@@ -164,7 +165,7 @@ func TestAgentExitResumes(t *testing.T) {
 func TestSessionLost(t *testing.T) {
 	a := newRecAgent()
 	e := newRecEnv(t, a, nil)
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	e.turnOf(sb, "first question")
 
 	e.co.Close() // the agent stops with it
@@ -177,7 +178,7 @@ func TestSessionLost(t *testing.T) {
 	if err := co.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	head, err := co.Head(sb.ID)
+	head, err := e.store.Head(sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func TestSessionLost(t *testing.T) {
 	if d := evs[0].Data.(*sandbox.SandboxError); d.Code != sandbox.ErrSessionLost || !strings.Contains(d.Message, "new one was opened") || evs[0].TurnID != "" {
 		t.Fatalf("sandbox.error %+v (turn %q), want session_lost outside the turn", d, evs[0].TurnID)
 	}
-	got, err := co.Sandbox(context.Background(), sb.ID)
+	got, err := e.store.Sandbox(context.Background(), sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestMaxAgents(t *testing.T) {
 	})
 	var ids []string
 	for range sandboxes {
-		ids = append(ids, e.create(coordinator.CreateParams{}).ID)
+		ids = append(ids, e.create(sandbox.CreateParams{}).ID)
 	}
 	// A create only warms an agent up where a slot is free.
 	for _, id := range ids[limit:] {
@@ -247,7 +248,7 @@ func TestMaxAgents(t *testing.T) {
 	wg.Wait()
 	waiting := 0
 	for _, id := range ids {
-		sb, err := e.co.Sandbox(context.Background(), id)
+		sb, err := e.store.Sandbox(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,19 +282,19 @@ func TestEvictLeastRecentlyUsed(t *testing.T) {
 		c.MaxAgents = 2
 		c.AgentIdleTimeout = -1
 	})
-	older := e.create(coordinator.CreateParams{})
-	newer := e.create(coordinator.CreateParams{})
+	older := e.create(sandbox.CreateParams{})
+	newer := e.create(sandbox.CreateParams{})
 	e.waitStatus(older.ID, sandbox.StatusReady)
 	e.waitStatus(newer.ID, sandbox.StatusReady)
 	e.turnOf(older, "hello") // now the newer sandbox's agent has been idle longer
-	third := e.create(coordinator.CreateParams{})
+	third := e.create(sandbox.CreateParams{})
 	if got := completed(e.turnOf(third, "hello")); got.Status != sandbox.TurnSucceeded {
 		t.Fatalf("turn = %+v", got)
 	}
 	if sb := e.waitStatus(newer.ID, sandbox.StatusStopped); !strings.Contains(sb.StatusDetail, "free its slot") {
 		t.Fatalf("status detail %q, want it to say the slot went to another sandbox", sb.StatusDetail)
 	}
-	if sb, _ := e.co.Sandbox(context.Background(), older.ID); sb.Status != sandbox.StatusReady {
+	if sb, _ := e.store.Sandbox(context.Background(), older.ID); sb.Status != sandbox.StatusReady {
 		t.Fatalf("the more recently used agent is %s (%s), want ready", sb.Status, sb.StatusDetail)
 	}
 }
@@ -310,7 +311,7 @@ func TestAgentEnv(t *testing.T) {
 	demo.Env = map[string]string{"VAR_A": "from-registry", "VAR_B": "from-registry", "VAR_C": "from-registry", "VAR_D": "from-registry", "HOME": "/registry/home"}
 	demo.PassEnv = []string{"VAR_B", "VAR_C", "VAR_D", "VAR_MISSING"}
 	e := newEnv(t, func(c *coordinator.Config) { c.Agents = registry.Registry{"demo": demo} })
-	sb := e.create(coordinator.CreateParams{
+	sb := e.create(sandbox.CreateParams{
 		Env:     map[string]string{"VAR_C": "from-sandbox", "VAR_D": "from-sandbox"},
 		Secrets: map[string]string{"VAR_D": "secret-value-0123456789"},
 	})
@@ -343,7 +344,7 @@ func TestAgentsList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []coordinator.AgentInfo{{Name: "demo", Available: true}, {Name: "inproc", Available: true}, {Name: "missing", Available: false}}
+	want := []sandbox.Agent{{Name: "demo", Available: true}, {Name: "inproc", Available: true}, {Name: "missing", Available: false}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("agents %+v, want %+v", got, want)
 	}
@@ -357,7 +358,7 @@ func TestNoTurnNoSession(t *testing.T) {
 	a := newRecAgent()
 	a.failLoad = true
 	e := newRecEnv(t, a, func(c *coordinator.Config) { c.AgentIdleTimeout = 50 * time.Millisecond })
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	e.waitStatus(sb.ID, sandbox.StatusStopped)
 	if got := completed(e.turnOf(sb, "hello")); got.Status != sandbox.TurnSucceeded {
 		t.Fatalf("turn = %+v", got)

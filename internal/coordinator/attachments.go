@@ -17,11 +17,6 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// DefaultTurnImageMax is the decoded size one image, or one file, of a
-// turn's input may have when Config.TurnImageMax is zero
-// (--turn-image-max-size).
-const DefaultTurnImageMax = 5 << 20
-
 // maxInputBlocks bounds the blocks of one turn's input.
 const maxInputBlocks = 64
 
@@ -33,7 +28,7 @@ func (c *Coordinator) imageMax() int64 {
 	if c.cfg.TurnImageMax > 0 {
 		return c.cfg.TurnImageMax
 	}
-	return DefaultTurnImageMax
+	return sandbox.DefaultTurnImageMax
 }
 
 // StartTurnInput is StartTurn (or, with queue, QueueTurn) for an input of
@@ -178,7 +173,7 @@ func inputErr(i int, err error) error {
 	return sandbox.Errorf(typ, "input[%d]: %s", i, se.Message)
 }
 
-func (b *box) workDir() string { return filepath.Join(b.dir(), "work") }
+func (b *box) workDir() string { return b.dir().Work() }
 
 // readAttachment reads the file at p of the workspace (os.Root: no path
 // out of it, no symbolic link out of it) as an embedded resource.

@@ -21,7 +21,7 @@ import (
 // process: StartTurn, the ACP round trip, translation, group commit and fsync.
 func BenchmarkPromptToFirstMessage(b *testing.B) {
 	e := newBenchEnv(b)
-	sb, err := e.co.CreateSandbox(context.Background(), coordinator.CreateParams{})
+	sb, err := e.co.CreateSandbox(context.Background(), sandbox.CreateParams{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func BenchmarkPromptToFirstMessage(b *testing.B) {
 			b.Fatal(err)
 		}
 		first := false
-		last = benchWait(b, e.co, sb.ID, last, func(ev sandbox.Event) bool {
+		last = benchWait(b, e.store, sb.ID, last, func(ev sandbox.Event) bool {
 			if !first && ev.Type == sandbox.TypeMessageUpdated {
 				first = true
 				lat = append(lat, time.Since(start))
@@ -48,7 +48,10 @@ func BenchmarkPromptToFirstMessage(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
 
-type benchEnv struct{ co *coordinator.Coordinator }
+type benchEnv struct {
+	co    *coordinator.Coordinator
+	store sandbox.Store
+}
 
 func newBenchEnv(b *testing.B) *benchEnv {
 	dir := b.TempDir()
@@ -58,14 +61,14 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { co.Close(); st.Close() })
-	return &benchEnv{co: co}
+	return &benchEnv{co: co, store: st}
 }
 
-func benchWait(b *testing.B, co *coordinator.Coordinator, id string, after uint64, done func(sandbox.Event) bool) uint64 {
+func benchWait(b *testing.B, st sandbox.Store, id string, after uint64, done func(sandbox.Event) bool) uint64 {
 	deadline := time.After(time.Minute)
 	for {
-		ch := co.Wait(id)
-		recs, err := co.Read(context.Background(), id, after, 1000)
+		ch := st.Wait(id)
+		recs, err := st.Read(context.Background(), id, after, 1000)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -8,11 +8,11 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/internal/snapshot"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -247,7 +247,7 @@ func (b *box) updates(first agent.Inbound, inbox <-chan agent.Inbound) (next age
 
 func (b *box) log() *slog.Logger { return b.c.log.With("sandbox_id", b.id) }
 
-func (b *box) dir() string { return filepath.Join(b.c.cfg.DataDir, "sandboxes", b.id) }
+func (b *box) dir() datadir.Sandbox { return datadir.Dir(b.c.cfg.DataDir).Sandbox(b.id) }
 
 // emit appends events durably, after the writes that wait for the store,
 // if any. A refused append waits in memory and is retried (see write); the
@@ -359,7 +359,7 @@ func (b *box) translator() (*translate.Translator, config, error) {
 	secrets := b.c.redactions(b.id, cfg.secrets())
 	b.tr = translate.New(translate.Config{
 		SandboxID:     b.id,
-		Dir:           filepath.Join(b.dir(), "work"),
+		Dir:           b.dir().Work(),
 		DataDir:       b.c.cfg.DataDir,
 		Secrets:       secrets,
 		FlushInterval: b.c.cfg.FlushInterval,
@@ -417,7 +417,7 @@ func (b *box) boot(forTurn bool) {
 	}
 	b.booting = true
 	b.setStatus(sandbox.StatusBooting, fmt.Sprintf("starting agent %q", sb.Agent))
-	work := filepath.Join(b.dir(), "work")
+	work := b.dir().Work()
 	acfg := agent.Config{
 		Command: command,
 		Run:     builtin,
@@ -429,7 +429,7 @@ func (b *box) boot(forTurn bool) {
 		Logger: b.log(),
 
 		Launcher: b.c.cfg.Launcher,
-		Sandbox:  b.dir(),
+		Sandbox:  string(b.dir()),
 		Session:  st.AgentSession,
 		FSBudget: b.c.fsBudget,
 
@@ -447,7 +447,7 @@ func (b *box) boot(forTurn bool) {
 		if res.err = b.cloneSource(sb.Source, reg, cfg, work); res.err != nil {
 			return
 		}
-		logf, err := openAgentLog(filepath.Join(b.dir(), "agent.log"), agentLogMax)
+		logf, err := openAgentLog(b.dir().AgentLog(), agentLogMax)
 		if err == nil {
 			acfg.Stderr = logf
 		}

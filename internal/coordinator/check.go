@@ -12,32 +12,10 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/translate"
 )
-
-// AgentCheck is what booting one agent as a sandbox would found, step by
-// step: the doctor's answer (agents check). It is for the operator, who
-// holds the full token: it names the command and the paths it is given,
-// which the agents list keeps to the server.
-type AgentCheck struct {
-	Name  string      `json:"name"`
-	Ready bool        `json:"ready"`
-	Steps []CheckStep `json:"steps"`
-	// DurationMS is how long the boot took, to ready or to its failure.
-	DurationMS int64 `json:"duration_ms"`
-	// Stderr is the end of what the agent wrote to stderr when it failed
-	// (at most 2 KiB, redacted); Fix is what would most likely mend it.
-	Stderr string `json:"stderr,omitempty"`
-	Fix    string `json:"fix,omitempty"`
-}
-
-// CheckStep is one step of a check and what it found.
-type CheckStep struct {
-	Step   string `json:"step"`
-	OK     bool   `json:"ok"`
-	Detail string `json:"detail"`
-}
 
 // Steps of a check, in order.
 const (
@@ -72,18 +50,20 @@ const (
 // failure of the agent is a check that is not ready, not an error; the
 // error is for a name that is not registered or a server that cannot run
 // the check.
-func (c *Coordinator) CheckAgent(ctx context.Context, name string) (AgentCheck, error) {
+func (c *Coordinator) CheckAgent(ctx context.Context, name string) (sandbox.AgentCheck, error) {
 	reg, registered := c.cfg.Agents[name]
 	builtin := c.cfg.Builtins[name]
 	if !registered && builtin == nil {
-		return AgentCheck{}, sandbox.Errorf(sandbox.ENotFound, "agent %q is not registered on this server", name)
+		return sandbox.AgentCheck{}, sandbox.Errorf(sandbox.ENotFound, "agent %q is not registered on this server", name)
 	}
 	if c.ctx.Err() != nil {
-		return AgentCheck{}, sandbox.Errorf(sandbox.EConflict, "the server is shutting down")
+		return sandbox.AgentCheck{}, sandbox.Errorf(sandbox.EConflict, "the server is shutting down")
 	}
-	ch := AgentCheck{Name: name, Steps: []CheckStep{}}
+	ch := sandbox.AgentCheck{Name: name, Steps: []sandbox.CheckStep{}}
 	red := translate.NewRedactor(c.redactions("", nil))
-	step := func(s string, ok bool, detail string) { ch.Steps = append(ch.Steps, CheckStep{s, ok, red(detail)}) }
+	step := func(s string, ok bool, detail string) {
+		ch.Steps = append(ch.Steps, sandbox.CheckStep{Step: s, OK: ok, Detail: red(detail)})
+	}
 
 	var command []string
 	if builtin != nil {
@@ -96,17 +76,17 @@ func (c *Coordinator) CheckAgent(ctx context.Context, name string) (AgentCheck, 
 		}
 	}
 
-	dir := filepath.Join(c.cfg.DataDir, "checks", "agent-"+rand.Text()[:12])
-	work := filepath.Join(dir, "work")
-	defer os.RemoveAll(dir)
+	dir := datadir.Dir(c.cfg.DataDir).Check("agent-" + rand.Text()[:12])
+	work := dir.Work()
+	defer os.RemoveAll(string(dir))
 	if err := os.MkdirAll(work, 0o700); err != nil {
 		c.log.Error("agents check: make its sandbox directory", "err", err)
-		return AgentCheck{}, errors.New("the check's sandbox directory could not be created")
+		return sandbox.AgentCheck{}, errors.New("the check's sandbox directory could not be created")
 	}
-	logf, err := openAgentLog(filepath.Join(dir, "agent.log"), agentLogTail*4)
+	logf, err := openAgentLog(dir.AgentLog(), agentLogTail*4)
 	if err != nil {
 		c.log.Error("agents check: open its agent log", "err", err)
-		return AgentCheck{}, errors.New("the check's agent log could not be created")
+		return sandbox.AgentCheck{}, errors.New("the check's agent log could not be created")
 	}
 	defer logf.Close()
 	env := agentEnv(reg, config{})
@@ -122,7 +102,7 @@ func (c *Coordinator) CheckAgent(ctx context.Context, name string) (AgentCheck, 
 		},
 		Logger:   c.log.With("agent_check", name),
 		Launcher: c.cfg.Launcher,
-		Sandbox:  dir,
+		Sandbox:  string(dir),
 		FSBudget: c.fsBudget,
 	}
 	bootCtx, cancel := context.WithTimeout(ctx, c.cfg.BootTimeout)
@@ -155,7 +135,7 @@ func (c *Coordinator) CheckAgent(ctx context.Context, name string) (AgentCheck, 
 
 // checkCommand reports the command, what it is given to read and the
 // confinement; false when the agent cannot start at all.
-func (c *Coordinator) checkCommand(ch *AgentCheck, step func(string, bool, string), argv []string) bool {
+func (c *Coordinator) checkCommand(ch *sandbox.AgentCheck, step func(string, bool, string), argv []string) bool {
 	path := argv[0]
 	if !strings.ContainsRune(path, filepath.Separator) {
 		p, err := exec.LookPath(path)
@@ -210,7 +190,7 @@ func grantsDetail(read, regRead, regWrite []string) string {
 }
 
 // checkFailed reports at which step a boot failed, and what would mend it.
-func (c *Coordinator) checkFailed(ch *AgentCheck, step func(string, bool, string), err error, process bool, creds string) {
+func (c *Coordinator) checkFailed(ch *sandbox.AgentCheck, step func(string, bool, string), err error, process bool, creds string) {
 	var stopped *agent.StoppedError
 	var exit *agent.ExitError
 	var auth *agent.AuthError

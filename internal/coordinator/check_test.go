@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -37,7 +38,7 @@ func writeScript(t *testing.T, dir, name, body string) string {
 }
 
 // step returns the check's step named name, failing the test without it.
-func step(t *testing.T, ch coordinator.AgentCheck, name string) coordinator.CheckStep {
+func step(t *testing.T, ch sandbox.AgentCheck, name string) sandbox.CheckStep {
 	t.Helper()
 	for _, s := range ch.Steps {
 		if s.Step == name {
@@ -45,7 +46,7 @@ func step(t *testing.T, ch coordinator.AgentCheck, name string) coordinator.Chec
 		}
 	}
 	t.Fatalf("check of %s has no step %q: %+v", ch.Name, name, ch.Steps)
-	return coordinator.CheckStep{}
+	return sandbox.CheckStep{}
 }
 
 // TestCheckAgent runs the doctor on agents that start and on agents that
@@ -71,7 +72,7 @@ func TestCheckAgent(t *testing.T) {
 		}
 	})
 	ctx := context.Background()
-	check := func(name string) coordinator.AgentCheck {
+	check := func(name string) sandbox.AgentCheck {
 		t.Helper()
 		ch, err := e.co.CheckAgent(ctx, name)
 		if err != nil {
@@ -99,7 +100,7 @@ func TestCheckAgent(t *testing.T) {
 				t.Errorf("step %+v, want ok", s)
 			}
 		}
-		if ents, _ := os.ReadDir(filepath.Join(e.dir, "checks")); len(ents) != 0 {
+		if ents, _ := os.ReadDir(datadir.Dir(e.dir).Checks()); len(ents) != 0 {
 			t.Errorf("the check left %d sandbox directories behind", len(ents))
 		}
 	})

@@ -120,7 +120,7 @@ type leasedStore struct {
 
 func (s leasedStore) Append(ctx context.Context, id string, events []*sandbox.Event, mutate func(*sandbox.State) error) error {
 	err := s.Store.Append(ctx, id, events, mutate)
-	if errors.Is(err, cluster.ErrFenced) {
+	if errors.Is(err, sandbox.ErrFenced) {
 		s.l.fenced(id)
 	}
 	return err

@@ -30,7 +30,7 @@ func TestConfig(t *testing.T) {
 	ctx := context.Background()
 	t.Run("CreateWithConfig", func(t *testing.T) {
 		e := newEnv(t, nil)
-		sb := e.create(coordinator.CreateParams{Config: &sandbox.ConfigChange{Mode: "plan", Model: "demo-large"}})
+		sb := e.create(sandbox.CreateParams{Config: &sandbox.ConfigChange{Mode: "plan", Model: "demo-large"}})
 		if got, want := configOf(t, sb), "plan/demo-large"; got != want {
 			t.Fatalf("config at create = %q, want %q", got, want)
 		}
@@ -53,7 +53,7 @@ func TestConfig(t *testing.T) {
 
 	t.Run("UnknownAtBoot", func(t *testing.T) {
 		e := newEnv(t, nil)
-		sb := e.create(coordinator.CreateParams{Config: &sandbox.ConfigChange{Mode: "yolo"}})
+		sb := e.create(sandbox.CreateParams{Config: &sandbox.ConfigChange{Mode: "yolo"}})
 		sb = e.waitStatus(sb.ID, sandbox.StatusReady)
 		if got, want := configOf(t, sb), "default/demo-small"; got != want {
 			t.Fatalf("config = %q, want the agent's own %q", got, want)
@@ -67,7 +67,7 @@ func TestConfig(t *testing.T) {
 
 	t.Run("BetweenTurns", func(t *testing.T) {
 		e := newEnv(t, nil)
-		sb := e.create(coordinator.CreateParams{})
+		sb := e.create(sandbox.CreateParams{})
 		sb = e.waitStatus(sb.ID, sandbox.StatusReady)
 		if got, want := configOf(t, sb), "default/demo-small"; got != want {
 			t.Fatalf("config = %q, want %q", got, want)
@@ -99,7 +99,7 @@ func TestConfig(t *testing.T) {
 
 	t.Run("ErrUnknownChoice", func(t *testing.T) {
 		e := newEnv(t, nil)
-		sb := e.create(coordinator.CreateParams{})
+		sb := e.create(sandbox.CreateParams{})
 		e.waitStatus(sb.ID, sandbox.StatusReady)
 		_, err := e.co.SetConfig(ctx, sb.ID, sandbox.ConfigChange{Model: "gpt-9"})
 		if got, want := sandbox.ErrorType(err), sandbox.EInvalidRequest; got != want {
@@ -117,7 +117,7 @@ func TestConfig(t *testing.T) {
 
 	t.Run("ErrConflictDuringTurn", func(t *testing.T) {
 		e := newEnv(t, nil)
-		sb := e.create(coordinator.CreateParams{})
+		sb := e.create(sandbox.CreateParams{})
 		turn, err := e.co.StartTurn(ctx, sb.ID, "hang after one chunk")
 		if err != nil {
 			t.Fatal(err)
@@ -138,7 +138,7 @@ func TestConfig(t *testing.T) {
 
 	t.Run("AgentSwitch", func(t *testing.T) {
 		e := newEnv(t, nil)
-		sb := e.create(coordinator.CreateParams{})
+		sb := e.create(sandbox.CreateParams{})
 		turn, err := e.co.StartTurn(ctx, sb.ID, "planmode")
 		if err != nil {
 			t.Fatal(err)
@@ -153,7 +153,7 @@ func TestConfig(t *testing.T) {
 				t.Fatalf("sandbox.updated of turn %q, want %q", ev.TurnID, turn.ID)
 			}
 		}
-		got, err := e.co.Sandbox(ctx, sb.ID)
+		got, err := e.store.Sandbox(ctx, sb.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,10 +164,10 @@ func TestConfig(t *testing.T) {
 
 	t.Run("StoppedAppliesAtBoot", func(t *testing.T) {
 		e := newEnv(t, func(c *coordinator.Config) { c.MaxAgents = 1 })
-		hold := e.create(coordinator.CreateParams{})
+		hold := e.create(sandbox.CreateParams{})
 		e.waitStatus(hold.ID, sandbox.StatusReady)
 		// Every agent slot is held: this one's agent waits for its first turn.
-		sb := e.create(coordinator.CreateParams{})
+		sb := e.create(sandbox.CreateParams{})
 		sb = e.waitStatus(sb.ID, sandbox.StatusStopped)
 		got, err := e.co.SetConfig(ctx, sb.ID, sandbox.ConfigChange{Mode: "plan"})
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/internal/workspace"
 	"github.com/sparkles-dev/sparkles/sandbox"
+	"github.com/sparkles-dev/sparkles/translate"
 )
 
 // Defaults of Config.
@@ -31,6 +32,14 @@ const (
 	// DefaultMaxAgents is how many agents may run at once: a Node adapter
 	// holds 150-300 MB, so 64 of them fill a machine of 16 to 32 GB.
 	DefaultMaxAgents = 64
+	// DefaultBootTimeout is how long an agent may take to start a session.
+	DefaultBootTimeout = 30 * time.Second
+	// DefaultTurnTimeout is how long one turn may run.
+	DefaultTurnTimeout = 30 * time.Minute
+	// DefaultApprovalTimeout and DefaultFlushInterval are the translator's,
+	// to which the coordinator passes them.
+	DefaultApprovalTimeout = translate.DefaultApprovalTTL
+	DefaultFlushInterval   = translate.DefaultFlushInterval
 )
 
 // Config is what a Coordinator needs. Zero durations take the defaults.
@@ -55,10 +64,10 @@ type Config struct {
 	// agent.FSBudget); 0 is agent.DefaultFSBudget.
 	FSBudget int64
 
-	BootTimeout     time.Duration // default 30s
-	TurnTimeout     time.Duration // default 30m
-	ApprovalTimeout time.Duration // default 10m
-	FlushInterval   time.Duration // default 50ms
+	BootTimeout     time.Duration // 0: DefaultBootTimeout
+	TurnTimeout     time.Duration // 0: DefaultTurnTimeout
+	ApprovalTimeout time.Duration // 0: DefaultApprovalTimeout
+	FlushInterval   time.Duration // 0: DefaultFlushInterval
 	// StoreRetry is the first wait before a write the store refused is
 	// tried again (default 100ms); each refusal doubles it up to
 	// StoreRetryMax (default 5s). See health.go.
@@ -94,7 +103,7 @@ type Config struct {
 	// --archive-max-entries); zero fields take workspace's defaults.
 	FileLimits workspace.Limits
 	// TurnImageMax bounds the decoded bytes of one image or file of a
-	// turn's input (--turn-image-max-size); 0 is DefaultTurnImageMax.
+	// turn's input (--turn-image-max-size); 0 is sandbox.DefaultTurnImageMax.
 	TurnImageMax int64
 
 	Logger   *slog.Logger
@@ -173,23 +182,6 @@ type Coordinator struct {
 	place    placement
 }
 
-// CreateParams is the body of a create request.
-type CreateParams struct {
-	Agent    string            `json:"agent,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
-	Secrets  map[string]string `json:"secrets,omitempty"`
-	Metadata map[string]string `json:"metadata,omitempty"`
-	// Source is where the workspace comes from (source.go).
-	Source *sandbox.Source `json:"source,omitempty"`
-	// MCPServers are given to the agent's sessions (mcp.go).
-	MCPServers []sandbox.MCPServerConfig `json:"mcp_servers,omitempty"`
-	// ToolOutput puts the output of the commands the agent runs in the
-	// log (tool.output).
-	ToolOutput bool `json:"tool_output,omitempty"`
-	// Config is the mode and the model to start in (config.go).
-	Config *sandbox.ConfigChange `json:"config,omitempty"`
-}
-
 // config is the private part of a sandbox kept in the store: never answered.
 type config struct {
 	Env     map[string]string `json:"env,omitempty"`
@@ -226,10 +218,10 @@ func New(cfg Config) (*Coordinator, error) {
 			*d = v
 		}
 	}
-	def(&cfg.BootTimeout, 30*time.Second)
-	def(&cfg.TurnTimeout, 30*time.Minute)
-	def(&cfg.ApprovalTimeout, 10*time.Minute)
-	def(&cfg.FlushInterval, 50*time.Millisecond)
+	def(&cfg.BootTimeout, DefaultBootTimeout)
+	def(&cfg.TurnTimeout, DefaultTurnTimeout)
+	def(&cfg.ApprovalTimeout, DefaultApprovalTimeout)
+	def(&cfg.FlushInterval, DefaultFlushInterval)
 	if cfg.AgentIdleTimeout == 0 {
 		cfg.AgentIdleTimeout = DefaultAgentIdleTimeout
 	}
@@ -295,7 +287,7 @@ func checkMap(field string, m map[string]string) error {
 }
 
 // CreateSandbox stores a new sandbox and boots its agent in the background.
-func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbox.Sandbox, error) {
+func (c *Coordinator) CreateSandbox(ctx context.Context, p sandbox.CreateParams) (sandbox.Sandbox, error) {
 	for _, f := range []struct {
 		name string
 		m    map[string]string
@@ -369,32 +361,6 @@ func (c *Coordinator) CreateSandbox(ctx context.Context, p CreateParams) (sandbo
 	return c.store.Sandbox(ctx, sb.ID)
 }
 
-// Sandbox returns one sandbox.
-func (c *Coordinator) Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error) {
-	return c.store.Sandbox(ctx, id)
-}
-
-// Sandboxes lists sandboxes in creation order.
-func (c *Coordinator) Sandboxes(ctx context.Context, after string, limit int) ([]sandbox.Sandbox, bool, error) {
-	return c.store.Sandboxes(ctx, after, limit)
-}
-
-// State returns the snapshot state of a sandbox.
-func (c *Coordinator) State(ctx context.Context, id string) (sandbox.State, error) {
-	return c.store.State(ctx, id)
-}
-
-// Read reads a page of a sandbox's log; see Store.Read.
-func (c *Coordinator) Read(ctx context.Context, id string, after uint64, limit int) ([]sandbox.Record, error) {
-	return c.store.Read(ctx, id, after, limit)
-}
-
-// Head returns the tip of a sandbox's log and its status.
-func (c *Coordinator) Head(id string) (sandbox.Head, error) { return c.store.Head(id) }
-
-// Wait returns a channel closed at the next change of a sandbox's log or state.
-func (c *Coordinator) Wait(id string) <-chan struct{} { return c.store.Wait(id) }
-
 // AppendEvents appends curated events to a sandbox's log. The agent runtime
 // appends through the same path; it is exported for embedding and tests.
 func (c *Coordinator) AppendEvents(ctx context.Context, id string, events ...*sandbox.Event) error {
@@ -426,23 +392,15 @@ func (c *Coordinator) Close() error {
 	return nil
 }
 
-// AgentInfo is one agent a sandbox may ask for, as GET /v1/agents lists it:
-// its name and whether its command resolves on this server. Its command
-// and environment stay private.
-type AgentInfo struct {
-	Name      string `json:"name"`
-	Available bool   `json:"available"`
-}
-
 // Agents lists the agents sandboxes may ask for, sorted by name. A
 // builtin runs in this process and is always available; a command is
 // looked up now, so that an adapter installed after start shows up.
-func (c *Coordinator) Agents(ctx context.Context) ([]AgentInfo, error) {
+func (c *Coordinator) Agents(ctx context.Context) ([]sandbox.Agent, error) {
 	names := agentNames(c.cfg)
-	out := make([]AgentInfo, 0, len(names))
+	out := make([]sandbox.Agent, 0, len(names))
 	for _, n := range names {
 		_, builtin := c.cfg.Builtins[n]
-		out = append(out, AgentInfo{Name: n, Available: builtin || c.cfg.Agents[n].Available()})
+		out = append(out, sandbox.Agent{Name: n, Available: builtin || c.cfg.Agents[n].Available()})
 	}
 	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -84,7 +85,7 @@ func newEnv(t *testing.T, tweak func(*coordinator.Config)) *env {
 	return e
 }
 
-func (e *env) create(p coordinator.CreateParams) sandbox.Sandbox {
+func (e *env) create(p sandbox.CreateParams) sandbox.Sandbox {
 	e.t.Helper()
 	sb, err := e.co.CreateSandbox(context.Background(), p)
 	if err != nil {
@@ -100,8 +101,8 @@ func (e *env) waitFor(id string, after uint64, done func(sandbox.Event) bool) []
 	deadline := time.After(30 * time.Second)
 	var out []sandbox.Event
 	for {
-		ch := e.co.Wait(id)
-		recs, err := e.co.Read(context.Background(), id, after, 1000)
+		ch := e.store.Wait(id)
+		recs, err := e.store.Read(context.Background(), id, after, 1000)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -132,8 +133,8 @@ func (e *env) waitStatus(id, status string) sandbox.Sandbox {
 	e.t.Helper()
 	deadline := time.After(30 * time.Second)
 	for {
-		ch := e.co.Wait(id)
-		sb, err := e.co.Sandbox(context.Background(), id)
+		ch := e.store.Wait(id)
+		sb, err := e.store.Sandbox(context.Background(), id)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -183,12 +184,12 @@ func completed(evs []sandbox.Event) *sandbox.TurnCompleted {
 
 func TestTurn(t *testing.T) {
 	e := newEnv(t, nil)
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	if got, want := sb.Agent, "demo"; got != want {
 		t.Fatalf("agent = %q, want %q", got, want)
 	}
 	e.waitStatus(sb.ID, sandbox.StatusReady)
-	os.WriteFile(filepath.Join(e.dir, "sandboxes", sb.ID, "work", "README.md"), []byte("# hello\n"), 0o600)
+	os.WriteFile(filepath.Join(datadir.Dir(e.dir).Sandbox(sb.ID).Work(), "README.md"), []byte("# hello\n"), 0o600)
 
 	turn, err := e.co.StartTurn(context.Background(), sb.ID, "hello there")
 	if err != nil {
@@ -261,7 +262,7 @@ func TestApproval(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, nil)
-			sb := e.create(coordinator.CreateParams{})
+			sb := e.create(sandbox.CreateParams{})
 			turn, err := e.co.StartTurn(context.Background(), sb.ID, "please write notes.txt")
 			if err != nil {
 				t.Fatal(err)
@@ -296,7 +297,7 @@ func TestApproval(t *testing.T) {
 			if got := lastTool(rest); got == nil || got.Status != tc.tool {
 				t.Fatalf("last tool state = %+v, want status %s", got, tc.tool)
 			}
-			_, err = os.Stat(filepath.Join(e.dir, "sandboxes", sb.ID, "work", "notes.txt"))
+			_, err = os.Stat(filepath.Join(datadir.Dir(e.dir).Sandbox(sb.ID).Work(), "notes.txt"))
 			if got := err == nil; got != tc.file {
 				t.Fatalf("notes.txt exists = %v, want %v", got, tc.file)
 			}
@@ -306,7 +307,7 @@ func TestApproval(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	e := newEnv(t, nil)
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	turn, err := e.co.StartTurn(context.Background(), sb.ID, "hang after one chunk")
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +338,7 @@ func TestCancel(t *testing.T) {
 
 func TestCrash(t *testing.T) {
 	e := newEnv(t, nil)
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	if _, err := e.co.StartTurn(context.Background(), sb.ID, "crash"); err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +368,7 @@ func TestCrash(t *testing.T) {
 
 func TestTurnTimeout(t *testing.T) {
 	e := newEnv(t, func(c *coordinator.Config) { c.TurnTimeout = 300 * time.Millisecond })
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	if _, err := e.co.StartTurn(context.Background(), sb.ID, "hang"); err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +383,7 @@ func TestBootFailure(t *testing.T) {
 	e := newEnv(t, func(c *coordinator.Config) {
 		c.Agents["broken"] = registry.Agent{Command: filepath.Join(t.TempDir(), "no-such-agent")}
 	})
-	sb := e.create(coordinator.CreateParams{Agent: "broken"})
+	sb := e.create(sandbox.CreateParams{Agent: "broken"})
 	turn, err := e.co.StartTurn(context.Background(), sb.ID, "hello")
 	if err != nil {
 		t.Fatal(err)
@@ -403,7 +404,7 @@ func TestBootFailure(t *testing.T) {
 	}
 	e.waitStatus(sb.ID, sandbox.StatusFailed)
 	t.Run("ErrUnknownAgent", func(t *testing.T) {
-		_, err := e.co.CreateSandbox(context.Background(), coordinator.CreateParams{Agent: "nope"})
+		_, err := e.co.CreateSandbox(context.Background(), sandbox.CreateParams{Agent: "nope"})
 		if got, want := sandbox.ErrorType(err), sandbox.EInvalidRequest; got != want {
 			t.Fatalf("unknown agent: %v, want %s", err, want)
 		}
@@ -412,7 +413,7 @@ func TestBootFailure(t *testing.T) {
 
 func TestDelete(t *testing.T) {
 	e := newEnv(t, nil)
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	if _, err := e.co.StartTurn(context.Background(), sb.ID, "hang"); err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +444,7 @@ func TestRestart(t *testing.T) {
 	cfg := coordinator.Config{Store: st, DataDir: dir, Agents: registry.Registry{"demo": demoAgent()}, FlushInterval: 5 * time.Millisecond}
 	co, _ := coordinator.New(cfg)
 	e := &env{t: t, store: st, co: co}
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	turn, err := co.StartTurn(context.Background(), sb.ID, "please write x.txt and hang")
 	if err != nil {
 		t.Fatal(err)
@@ -485,7 +486,7 @@ func TestRestart(t *testing.T) {
 	if got.Status != sandbox.TurnFailed {
 		t.Fatalf("turn after restart = %+v", got)
 	}
-	sb2, _ := co2.Sandbox(context.Background(), sb.ID)
+	sb2, _ := st2.Sandbox(context.Background(), sb.ID)
 	if sb2.Status != sandbox.StatusStopped || sb2.CurrentTurn != nil {
 		t.Fatalf("sandbox after restart = %+v", sb2)
 	}
@@ -502,7 +503,7 @@ func TestRestart(t *testing.T) {
 func TestSecretsNeverLeave(t *testing.T) {
 	const canary = "canary-7f3a9c-do-not-leak"
 	e := newEnv(t, nil)
-	sb := e.create(coordinator.CreateParams{
+	sb := e.create(sandbox.CreateParams{
 		Env:     map[string]string{"PLAIN": "visible-value"},
 		Secrets: map[string]string{"API_KEY": canary},
 	})
@@ -510,7 +511,7 @@ func TestSecretsNeverLeave(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitFor(sb.ID, 0, isType(sandbox.TypeTurnCompleted))
-	recs, err := e.co.Read(context.Background(), sb.ID, 0, 1000)
+	recs, err := e.store.Read(context.Background(), sb.ID, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +519,7 @@ func TestSecretsNeverLeave(t *testing.T) {
 	for _, r := range recs {
 		all.Write(r.JSON)
 	}
-	for _, v := range []any{must(e.co.Sandbox(context.Background(), sb.ID)), must(e.co.State(context.Background(), sb.ID))} {
+	for _, v := range []any{must(e.store.Sandbox(context.Background(), sb.ID)), must(e.store.State(context.Background(), sb.ID))} {
 		b, _ := json.Marshal(v)
 		all.Write(b)
 	}
@@ -548,7 +549,7 @@ func must[T any](v T, err error) T {
 
 func TestApprovalTimeout(t *testing.T) {
 	e := newEnv(t, func(c *coordinator.Config) { c.ApprovalTimeout = 200 * time.Millisecond })
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	if _, err := e.co.StartTurn(context.Background(), sb.ID, "please write late.txt"); err != nil {
 		t.Fatal(err)
 	}
@@ -583,7 +584,7 @@ func TestTokensNeverLeave(t *testing.T) {
 	})
 	// The demo agent echoes its environment: the tokens reach it the way a
 	// hostile agent would print them after reading them somewhere.
-	sb := e.create(coordinator.CreateParams{
+	sb := e.create(sandbox.CreateParams{
 		Env:      map[string]string{"A": serverToken, "B": streamToken, "C": shaped, "PLAIN": "visible-value"},
 		Secrets:  map[string]string{"K": canary},
 		Metadata: map[string]string{"note": "key is " + canary + " and " + shaped, "name": "plain name"},
@@ -592,7 +593,7 @@ func TestTokensNeverLeave(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitFor(sb.ID, 0, isType(sandbox.TypeTurnCompleted))
-	recs, err := e.co.Read(context.Background(), sb.ID, 0, 1000)
+	recs, err := e.store.Read(context.Background(), sb.ID, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,8 +601,8 @@ func TestTokensNeverLeave(t *testing.T) {
 	for _, r := range recs {
 		all.Write(r.JSON)
 	}
-	got := must(e.co.Sandbox(context.Background(), sb.ID))
-	for _, v := range []any{got, must(e.co.State(context.Background(), sb.ID))} {
+	got := must(e.store.Sandbox(context.Background(), sb.ID))
+	for _, v := range []any{got, must(e.store.State(context.Background(), sb.ID))} {
 		b, _ := json.Marshal(v)
 		all.Write(b)
 	}

@@ -3,10 +3,10 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/disk"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/translate"
@@ -247,8 +247,8 @@ func (c *Coordinator) checkSandboxes(ctx context.Context) {
 // what each turn changed (workspace.go), which the sandbox's limit counts
 // too so that an agent's files cannot grow the disk twice over.
 func (c *Coordinator) workDirs(id string) []string {
-	dir := filepath.Join(c.cfg.DataDir, "sandboxes", id)
-	return []string{filepath.Join(dir, "work"), filepath.Join(dir, "home"), filepath.Join(dir, "tmp"), c.snapDir(id)}
+	dir := datadir.Dir(c.cfg.DataDir).Sandbox(id)
+	return []string{dir.Work(), dir.Home(), dir.Tmp(), dir.Snapshots()}
 }
 
 // measure walks a sandbox's directories and keeps the count. What the

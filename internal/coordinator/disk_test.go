@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/faultstore"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -56,7 +57,7 @@ func diskStop(t *testing.T, evs []sandbox.Event, turnID, flag string) string {
 	return msg
 }
 
-func (e *env) workDir(id string) string { return filepath.Join(e.cfg.DataDir, "sandboxes", id, "work") }
+func (e *env) workDir(id string) string { return datadir.Dir(e.cfg.DataDir).Sandbox(id).Work() }
 
 // TestDiskLimit: a sandbox whose files grow past --sandbox-disk-max while
 // its turn runs has its agent stopped and the turn failed with disk_full
@@ -65,7 +66,7 @@ func (e *env) workDir(id string) string { return filepath.Join(e.cfg.DataDir, "s
 func TestDiskLimit(t *testing.T) {
 	e := newEnv(t, func(c *coordinator.Config) { c.SandboxDiskMax = 4 << 20 })
 	ctx := context.Background()
-	full, other := e.create(coordinator.CreateParams{}), e.create(coordinator.CreateParams{})
+	full, other := e.create(sandbox.CreateParams{}), e.create(sandbox.CreateParams{})
 	e.waitStatus(full.ID, sandbox.StatusReady)
 	turn := must(e.co.StartTurn(ctx, full.ID, "hang"))
 	e.waitFor(full.ID, 0, isType(sandbox.TypeMessageUpdated))
@@ -143,7 +144,7 @@ func TestDiskReserve(t *testing.T) {
 	data := tmpfsDataDir(t, "64m")
 	e := newEnv(t, func(c *coordinator.Config) { c.DataDir, c.DiskReserve = data, 32<<20 })
 	ctx := context.Background()
-	busy, idle := e.create(coordinator.CreateParams{}), e.create(coordinator.CreateParams{})
+	busy, idle := e.create(sandbox.CreateParams{}), e.create(sandbox.CreateParams{})
 	e.waitStatus(busy.ID, sandbox.StatusReady)
 	e.waitStatus(idle.ID, sandbox.StatusReady)
 	turn := must(e.co.StartTurn(ctx, busy.ID, "hang"))
@@ -168,7 +169,7 @@ func TestDiskReserve(t *testing.T) {
 	if err := e.co.Writable(); err != nil {
 		t.Fatalf("the store below the reserve: %v; it must go on taking writes", err)
 	}
-	gone := e.create(coordinator.CreateParams{})
+	gone := e.create(sandbox.CreateParams{})
 	if sb, err := e.co.DeleteSandbox(ctx, gone.ID); err != nil || sb.Status != sandbox.StatusDeleted {
 		t.Fatalf("a delete below the reserve: %+v, %v", sb, err)
 	}
@@ -188,10 +189,10 @@ func TestDiskReserve(t *testing.T) {
 // for retention to drop with the log.
 func TestDeleteRemovesFiles(t *testing.T) {
 	e := newEnv(t, nil)
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	e.waitStatus(sb.ID, sandbox.StatusReady)
-	dir := filepath.Join(e.dir, "sandboxes", sb.ID)
-	locked := filepath.Join(dir, "work", "pkg", "mod")
+	dir := datadir.Dir(e.dir).Sandbox(sb.ID)
+	locked := filepath.Join(dir.Work(), "pkg", "mod")
 	if err := os.MkdirAll(locked, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -201,18 +202,18 @@ func TestDeleteRemovesFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "home", ".cache"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir.Home(), ".cache"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.co.DeleteSandbox(context.Background(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{"work", "home", "tmp"} {
-		if _, err := os.Lstat(filepath.Join(dir, d)); !errors.Is(err, fs.ErrNotExist) {
+	for _, d := range []string{dir.Work(), dir.Home(), dir.Tmp()} {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s after the delete: %v, want it gone", d, err)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, "agent.log")); err != nil {
+	if _, err := os.Stat(dir.AgentLog()); err != nil {
 		t.Errorf("agent.log after the delete: %v, want it kept until retention drops the sandbox", err)
 	}
 }
@@ -224,7 +225,7 @@ func TestDeleteRemovesFiles(t *testing.T) {
 func TestDeleteDuringOutage(t *testing.T) {
 	o := newOutageEnv(t, nil)
 	ctx := context.Background()
-	sb := o.create(coordinator.CreateParams{})
+	sb := o.create(sandbox.CreateParams{})
 	o.waitStatus(sb.ID, sandbox.StatusReady)
 	r := o.watch(sb.ID)
 	turn := o.startHanging(sb.ID)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -52,9 +53,9 @@ func newFaultRig(t *testing.T, bin string, argv []string, tweak func(*coordinato
 		}
 	})
 	r := &faultRig{env: e}
-	r.healthy = e.create(coordinator.CreateParams{Agent: "demo"})
+	r.healthy = e.create(sandbox.CreateParams{Agent: "demo"})
 	e.waitStatus(r.healthy.ID, sandbox.StatusReady)
-	r.faulty = e.create(coordinator.CreateParams{Agent: "fault"})
+	r.faulty = e.create(sandbox.CreateParams{Agent: "fault"})
 	return r
 }
 
@@ -146,8 +147,8 @@ func (r *faultRig) follow(id string, only []sandbox.Type, done func(sandbox.Even
 	deadline := time.After(30 * time.Second)
 	var after uint64
 	for {
-		ch := r.co.Wait(id)
-		recs, err := r.co.Read(context.Background(), id, after, 100)
+		ch := r.store.Wait(id)
+		recs, err := r.store.Read(context.Background(), id, after, 100)
 		if err != nil {
 			r.t.Fatal(err)
 		}
@@ -366,7 +367,7 @@ func TestFaults(t *testing.T) {
 				t.Fatalf("%s after the cancel; events %s", ev.Type, types(evs))
 			}
 		}
-		raw, err := os.ReadFile(filepath.Join(r.dir, "sandboxes", r.faulty.ID, "work", "permission-outcome.json"))
+		raw, err := os.ReadFile(filepath.Join(datadir.Dir(r.dir).Sandbox(r.faulty.ID).Work(), "permission-outcome.json"))
 		if err != nil {
 			t.Fatalf("the agent got no answer to its permission request: %v", err)
 		}

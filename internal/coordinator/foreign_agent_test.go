@@ -30,7 +30,7 @@ func TestForeignAgent(t *testing.T) {
 		t.Fatalf("build the SDK's example agent: %v\n%s", err, out)
 	}
 	e := newEnv(t, func(c *coordinator.Config) { c.Agents["example"] = registry.Agent{Command: bin} })
-	sb := e.create(coordinator.CreateParams{Agent: "example"})
+	sb := e.create(sandbox.CreateParams{Agent: "example"})
 	if _, err := e.co.StartTurn(context.Background(), sb.ID, "improve the config"); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestForeignAgent(t *testing.T) {
 	if tools == 0 {
 		t.Fatalf("no tool.updated; events %s", types(evs))
 	}
-	recs, err := e.co.Read(context.Background(), sb.ID, 0, 1000)
+	recs, err := e.store.Read(context.Background(), sb.ID, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sparkles-dev/sparkles/internal/cluster"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -106,7 +105,7 @@ func unavailableBecause(reason string) error {
 func storeFault(err error) bool {
 	// A fenced append is no fault of the store: another node holds the
 	// sandbox now, and this node's runtime of it is retired, not retried.
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, cluster.ErrFenced) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, sandbox.ErrFenced) {
 		return false
 	}
 	var se *sandbox.Error

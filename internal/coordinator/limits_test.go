@@ -26,7 +26,7 @@ func (l stoppingLauncher) ExitReason(*exec.Cmd) string { return l.why }
 func TestAgentStoppedByLimits(t *testing.T) {
 	const why = "the agent used more than its memory limit of 256 MiB (--agent-memory-max) and was stopped"
 	e := newEnv(t, func(c *coordinator.Config) { c.Launcher = stoppingLauncher{why} })
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	if _, err := e.co.StartTurn(context.Background(), sb.ID, "crash"); err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func TestLogBytes(t *testing.T) {
 		defer mu.Unlock()
 		return over[id]
 	}
-	sb := e.create(coordinator.CreateParams{Agent: "flood"})
+	sb := e.create(sandbox.CreateParams{Agent: "flood"})
 	logBytes := func() (log, turn uint64) {
 		t.Helper()
 		log, turn, err := e.store.LogBytes(sb.ID)
@@ -107,7 +107,7 @@ func TestLogBytesUnbounded(t *testing.T) {
 	e := newEnv(t, func(c *coordinator.Config) {
 		c.Builtins = map[string]coordinator.BuiltinAgent{"flood": floodagent.Run}
 	})
-	sb := e.create(coordinator.CreateParams{Agent: "flood"})
+	sb := e.create(sandbox.CreateParams{Agent: "flood"})
 	evs := e.turnOf(sb, "tools 12 4096")
 	if c := completed(evs); c == nil || c.Status != sandbox.TurnSucceeded {
 		t.Fatalf("turn.completed = %+v, want succeeded; events %s", c, types(evs))

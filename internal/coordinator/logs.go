@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/translate"
 )
@@ -90,21 +90,9 @@ const (
 	logPoll = 250 * time.Millisecond
 )
 
-// LogOptions choose what AgentLog.Copy writes.
-type LogOptions struct {
-	// Tail starts at the last Tail lines; negative for the whole log.
-	// Zero, with Follow, writes only what the agent writes from now on.
-	Tail int
-	// Follow goes on writing what the agent writes, until ctx ends.
-	Follow bool
-	// Flush, when set, is called after each batch of lines a follow
-	// writes, so they reach the client as they come.
-	Flush func() error
-}
-
-// AgentLog is a sandbox's agent log opened for a client's request: the
+// logReader is a sandbox's agent log opened for a client's request: the
 // rotated file first, then the current one.
-type AgentLog struct {
+type logReader struct {
 	c      *Coordinator
 	dir    string
 	path   string // agent.log; the rotated one is path + ".1"
@@ -114,7 +102,7 @@ type AgentLog struct {
 // AgentLog opens sandbox id's agent log on this node. A sandbox whose agent
 // never wrote anything answers an empty log; a deleted one keeps its log
 // until retention drops the sandbox.
-func (c *Coordinator) AgentLog(ctx context.Context, id string) (*AgentLog, error) {
+func (c *Coordinator) AgentLog(ctx context.Context, id string) (sandbox.AgentLog, error) {
 	sb, err := c.store.Sandbox(ctx, id)
 	if err != nil {
 		return nil, err
@@ -130,26 +118,26 @@ func (c *Coordinator) AgentLog(ctx context.Context, id string) (*AgentLog, error
 	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return nil, fmt.Errorf("decode sandbox config: %w", err)
 	}
-	dir := filepath.Join(c.cfg.DataDir, "sandboxes", sb.ID)
+	dir := datadir.Dir(c.cfg.DataDir).Sandbox(sb.ID)
 	// The translator's redactor, with the sandbox's paths: the same one
 	// its events go through.
 	tr := translate.New(translate.Config{
 		SandboxID: sb.ID,
-		Dir:       filepath.Join(dir, "work"),
+		Dir:       dir.Work(),
 		DataDir:   c.cfg.DataDir,
 		Secrets:   c.redactions(sb.ID, cfg.secrets()),
 	})
 	redact := func(s string) string {
 		return tr.RedactInput([]sandbox.Input{{Type: "text", Text: strings.ToValidUTF8(s, "\uFFFD")}})[0].Text
 	}
-	return &AgentLog{c: c, dir: dir, path: filepath.Join(dir, "agent.log"), redact: redact}, nil
+	return &logReader{c: c, dir: string(dir), path: dir.AgentLog(), redact: redact}, nil
 }
 
 // Copy writes the log to w, redacted line by line, and with o.Follow what
 // the agent writes next until ctx or the server ends, or the sandbox's
 // files are removed. A line shows once it is complete, except the last
 // one of a log copied without following.
-func (l *AgentLog) Copy(ctx context.Context, w io.Writer, o LogOptions) error {
+func (l *logReader) Copy(ctx context.Context, w io.Writer, o sandbox.LogOptions) error {
 	cur, old := openLogs(l.path)
 	defer func() {
 		if cur != nil {
@@ -227,7 +215,7 @@ func (l *AgentLog) Copy(ctx context.Context, w io.Writer, o LogOptions) error {
 	}
 }
 
-func flush(o LogOptions) error {
+func flush(o sandbox.LogOptions) error {
 	if o.Flush == nil {
 		return nil
 	}

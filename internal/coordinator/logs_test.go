@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/registry"
 	"github.com/sparkles-dev/sparkles/internal/syncbuf"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -45,7 +46,7 @@ func TestBootFailureSaysWhy(t *testing.T) {
 				c.Agents["adapter"] = failingAgent(t, code)
 				c.Logger = slog.New(slog.NewJSONHandler(&log, nil))
 			})
-			sb := e.create(coordinator.CreateParams{Agent: "adapter", Secrets: map[string]string{"API_KEY": logSecret}})
+			sb := e.create(sandbox.CreateParams{Agent: "adapter", Secrets: map[string]string{"API_KEY": logSecret}})
 			got := e.waitStatus(sb.ID, sandbox.StatusFailed)
 			want := fmt.Sprintf("the agent exited with status %d before answering initialize; its output: `sparkles sandbox logs %s`", code, sb.ID)
 			if got.StatusDetail != want {
@@ -83,7 +84,7 @@ func TestBootFailureSaysWhy(t *testing.T) {
 }
 
 // logOf is what Copy writes of sandbox id's agent log with o.
-func logOf(t *testing.T, e *env, id string, o coordinator.LogOptions) string {
+func logOf(t *testing.T, e *env, id string, o sandbox.LogOptions) string {
 	t.Helper()
 	l, err := e.co.AgentLog(context.Background(), id)
 	if err != nil {
@@ -98,15 +99,15 @@ func logOf(t *testing.T, e *env, id string, o coordinator.LogOptions) string {
 
 func TestAgentLog(t *testing.T) {
 	e := newEnv(t, func(c *coordinator.Config) { c.Agents["adapter"] = failingAgent(t, 1) })
-	sb := e.create(coordinator.CreateParams{Agent: "adapter", Secrets: map[string]string{"API_KEY": logSecret}})
+	sb := e.create(sandbox.CreateParams{Agent: "adapter", Secrets: map[string]string{"API_KEY": logSecret}})
 	e.waitStatus(sb.ID, sandbox.StatusFailed)
-	dir := filepath.Join(e.dir, "sandboxes", sb.ID)
-	path := filepath.Join(dir, "agent.log")
+	dir := datadir.Dir(e.dir).Sandbox(sb.ID)
+	path := dir.AgentLog()
 	// What a rotation left, and a line that names the sandbox's files.
 	if err := os.WriteFile(path+".1", []byte("an older line\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	appendLog(t, path, "wrote "+filepath.Join(dir, "work", "notes.txt")+"\nno line break")
+	appendLog(t, path, "wrote "+filepath.Join(dir.Work(), "notes.txt")+"\nno line break")
 
 	t.Run("OK", func(t *testing.T) {
 		want := "an older line\n" +
@@ -114,18 +115,18 @@ func TestAgentLog(t *testing.T) {
 			"the key was [REDACTED]\n" +
 			"wrote notes.txt\n" +
 			"no line break"
-		if got := logOf(t, e, sb.ID, coordinator.LogOptions{Tail: -1}); got != want {
+		if got := logOf(t, e, sb.ID, sandbox.LogOptions{Tail: -1}); got != want {
 			t.Fatalf("log:\n%s\nwant:\n%s", got, want)
 		}
 	})
 	t.Run("OKTail", func(t *testing.T) {
-		if got, want := logOf(t, e, sb.ID, coordinator.LogOptions{Tail: 2}), "wrote notes.txt\nno line break"; got != want {
+		if got, want := logOf(t, e, sb.ID, sandbox.LogOptions{Tail: 2}), "wrote notes.txt\nno line break"; got != want {
 			t.Fatalf("tail 2: %q, want %q", got, want)
 		}
-		if got := logOf(t, e, sb.ID, coordinator.LogOptions{Tail: 100}); !strings.HasPrefix(got, "an older line\n") {
+		if got := logOf(t, e, sb.ID, sandbox.LogOptions{Tail: 100}); !strings.HasPrefix(got, "an older line\n") {
 			t.Fatalf("tail 100: %q, want the whole log", got)
 		}
-		if got := logOf(t, e, sb.ID, coordinator.LogOptions{Tail: 0}); got != "" {
+		if got := logOf(t, e, sb.ID, sandbox.LogOptions{Tail: 0}); got != "" {
 			t.Fatalf("tail 0: %q, want nothing", got)
 		}
 	})
@@ -139,7 +140,7 @@ func TestAgentLog(t *testing.T) {
 		caughtUp := make(chan struct{}, 1)
 		done := make(chan error, 1)
 		go func() {
-			done <- l.Copy(ctx, pw, coordinator.LogOptions{Tail: 1, Follow: true, Flush: func() error {
+			done <- l.Copy(ctx, pw, sandbox.LogOptions{Tail: 1, Follow: true, Flush: func() error {
 				select {
 				case caughtUp <- struct{}{}:
 				default:

@@ -63,7 +63,7 @@ func TestMCPServersInvalid(t *testing.T) {
 		{"HTTPNotTaken", "nohttp", []sandbox.MCPServerConfig{web}, "mcpCapabilities.http"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := e.co.CreateSandbox(context.Background(), coordinator.CreateParams{Agent: c.agent, MCPServers: c.servers})
+			_, err := e.co.CreateSandbox(context.Background(), sandbox.CreateParams{Agent: c.agent, MCPServers: c.servers})
 			var se *sandbox.Error
 			if !errors.As(err, &se) || se.Type != sandbox.EInvalidRequest || !strings.Contains(se.Message, c.want) {
 				t.Fatalf("err = %v, want invalid_request saying %q", err, c.want)
@@ -76,7 +76,7 @@ func TestMCPServersInvalid(t *testing.T) {
 			"nostdio": {web},
 			"nohttp":  {stdio("a", "mcp")},
 		} {
-			if _, err := e.co.CreateSandbox(context.Background(), coordinator.CreateParams{Agent: agent, MCPServers: servers}); err != nil {
+			if _, err := e.co.CreateSandbox(context.Background(), sandbox.CreateParams{Agent: agent, MCPServers: servers}); err != nil {
 				t.Errorf("agent %s: %v", agent, err)
 			}
 		}
@@ -93,7 +93,7 @@ func TestMCPServersSecrets(t *testing.T) {
 	e := newEnv(t, func(cfg *coordinator.Config) {
 		cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
-	sb := e.create(coordinator.CreateParams{
+	sb := e.create(sandbox.CreateParams{
 		Metadata: map[string]string{"note": "token " + token},
 		MCPServers: []sandbox.MCPServerConfig{
 			{Name: "files", Command: "/usr/bin/mcp-files", Args: []string{"--key", envValue}, Env: map[string]string{"FILES_KEY": envValue}},
@@ -117,7 +117,7 @@ func TestMCPServersSecrets(t *testing.T) {
 		b, _ := json.Marshal(ev)
 		text.Write(b)
 	}
-	for _, v := range []any{must(e.co.Sandbox(context.Background(), sb.ID)), must(e.co.State(context.Background(), sb.ID))} {
+	for _, v := range []any{must(e.store.Sandbox(context.Background(), sb.ID)), must(e.store.State(context.Background(), sb.ID))} {
 		b, _ := json.Marshal(v)
 		text.Write(b)
 	}
@@ -142,7 +142,7 @@ func TestMCPServersSecrets(t *testing.T) {
 // the agent does not advertise fails the boot, saying which capability.
 func TestMCPServersCapability(t *testing.T) {
 	e := newEnv(t, nil)
-	sb := e.create(coordinator.CreateParams{MCPServers: []sandbox.MCPServerConfig{{Name: "old", Type: "sse", URL: "https://mcp.example/sse"}}})
+	sb := e.create(sandbox.CreateParams{MCPServers: []sandbox.MCPServerConfig{{Name: "old", Type: "sse", URL: "https://mcp.example/sse"}}})
 	got := e.waitStatus(sb.ID, sandbox.StatusFailed)
 	if !strings.Contains(got.StatusDetail, `"old"`) || !strings.Contains(got.StatusDetail, "mcpCapabilities.sse") {
 		t.Fatalf("status_detail %q does not name the server and mcpCapabilities.sse", got.StatusDetail)

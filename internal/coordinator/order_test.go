@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
 // TestSandboxesCreationOrder creates sandboxes in a burst, many in the same
@@ -22,7 +23,7 @@ func TestSandboxesCreationOrder(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range each {
-				sb, err := e.co.CreateSandbox(context.Background(), coordinator.CreateParams{})
+				sb, err := e.co.CreateSandbox(context.Background(), sandbox.CreateParams{})
 				if err != nil {
 					t.Error(err)
 					return
@@ -37,7 +38,7 @@ func TestSandboxesCreationOrder(t *testing.T) {
 	}
 	var listed []string
 	for after := ""; ; {
-		page, more, err := e.co.Sandboxes(context.Background(), after, 7)
+		page, more, err := e.store.Sandboxes(context.Background(), after, 7)
 		if err != nil {
 			t.Fatal(err)
 		}

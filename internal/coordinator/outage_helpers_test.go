@@ -158,8 +158,8 @@ func (e *env) watch(id string) *logReader {
 		defer close(done)
 		var after uint64
 		for {
-			ch := e.co.Wait(id)
-			recs, err := e.co.Read(ctx, id, after, 1000)
+			ch := e.store.Wait(id)
+			recs, err := e.store.Read(ctx, id, after, 1000)
 			if err != nil {
 				return
 			}
@@ -194,7 +194,7 @@ func (e *env) checkLog(id string, r *logReader, accepted ...string) []sandbox.Ev
 	var recs []sandbox.Record
 	var after uint64
 	for {
-		page, err := e.co.Read(context.Background(), id, after, 1000)
+		page, err := e.store.Read(context.Background(), id, after, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

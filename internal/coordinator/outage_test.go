@@ -34,11 +34,11 @@ func TestStoreOutage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := newOutageEnv(t, nil)
 			ctx := context.Background()
-			sb := o.create(coordinator.CreateParams{})
+			sb := o.create(sandbox.CreateParams{})
 			// idle has nothing to write during the outage: what it is
 			// asked is refused because the store refuses writes, not
 			// because its own writes wait.
-			idle := o.create(coordinator.CreateParams{})
+			idle := o.create(sandbox.CreateParams{})
 			o.waitStatus(sb.ID, sandbox.StatusReady)
 			o.waitStatus(idle.ID, sandbox.StatusReady)
 			r := o.watch(sb.ID)
@@ -59,7 +59,7 @@ func TestStoreOutage(t *testing.T) {
 				wantUnavailable(t, "a decision", err, tc.reason)
 				// A delete is taken all the same: TestDeleteDuringOutage.
 			}
-			_, err := o.co.CreateSandbox(ctx, coordinator.CreateParams{})
+			_, err := o.co.CreateSandbox(ctx, sandbox.CreateParams{})
 			wantUnavailable(t, "a create", err, tc.reason)
 
 			// Reads answer from what is durable: the turn still runs there.
@@ -67,10 +67,10 @@ func TestStoreOutage(t *testing.T) {
 			if err != nil || got.Status != sandbox.TurnRunning {
 				t.Fatalf("GET turn during the outage = %+v, %v; want it running, as the log has it", got, err)
 			}
-			if cur, err := o.co.Sandbox(ctx, sb.ID); err != nil || cur.Status != sandbox.StatusReady {
+			if cur, err := o.fs.Sandbox(ctx, sb.ID); err != nil || cur.Status != sandbox.StatusReady {
 				t.Fatalf("GET sandbox during the outage = %+v, %v", cur, err)
 			}
-			if list, _, err := o.co.Sandboxes(ctx, "", 10); err != nil || len(list) != 2 {
+			if list, _, err := o.fs.Sandboxes(ctx, "", 10); err != nil || len(list) != 2 {
 				t.Fatalf("list during the outage = %d sandboxes, %v; want the two", len(list), err)
 			}
 
@@ -93,7 +93,7 @@ func TestStoreOutage(t *testing.T) {
 			}
 			evs = o.checkLog(sb.ID, r, turn.ID, next.ID)
 			o.wantRetriedOnce(evs)
-			if got, err := o.co.Sandbox(ctx, idle.ID); err != nil || got.Status != sandbox.StatusReady || got.CurrentTurn != nil {
+			if got, err := o.fs.Sandbox(ctx, idle.ID); err != nil || got.Status != sandbox.StatusReady || got.CurrentTurn != nil {
 				t.Fatalf("the idle sandbox after the outage: %+v, %v; want it as it was", got, err)
 			}
 			o.checkLog(idle.ID, nil)
@@ -128,7 +128,7 @@ func TestStoreOutageQueuedTurn(t *testing.T) {
 				c.Builtins = map[string]coordinator.BuiltinAgent{"gated": gatedAgent(open)}
 			})
 			ctx := context.Background()
-			sb := o.create(coordinator.CreateParams{Agent: "gated"})
+			sb := o.create(sandbox.CreateParams{Agent: "gated"})
 			r := o.watch(sb.ID)
 			turn := o.startTurn(sb.ID, "hello")
 			if turn.Status != sandbox.TurnQueued {
@@ -164,7 +164,7 @@ func TestStoreOutageRefusedWrite(t *testing.T) {
 	t.Run("Turn", func(t *testing.T) {
 		o := newOutageEnv(t, nil)
 		ctx := context.Background()
-		sb := o.create(coordinator.CreateParams{})
+		sb := o.create(sandbox.CreateParams{})
 		ready := o.waitStatus(sb.ID, sandbox.StatusReady)
 		r := o.watch(sb.ID)
 		o.fs.FailFrom(faultstore.ErrUnreachable, faultstore.HasType(sandbox.TypeTurnStarted))
@@ -172,7 +172,7 @@ func TestStoreOutageRefusedWrite(t *testing.T) {
 		wantUnavailable(t, "a turn whose turn.started is refused", err, "unreachable")
 		o.fs.Heal()
 		o.obs.settled(t)
-		if cur, err := o.co.Sandbox(ctx, sb.ID); err != nil || cur.CurrentTurn != nil || cur.LastEventID != ready.LastEventID {
+		if cur, err := o.fs.Sandbox(ctx, sb.ID); err != nil || cur.CurrentTurn != nil || cur.LastEventID != ready.LastEventID {
 			t.Fatalf("after a refused turn the sandbox is %+v, %v; want it as before", cur, err)
 		}
 		turn := o.startTurn(sb.ID, "hello")
@@ -185,14 +185,14 @@ func TestStoreOutageRefusedWrite(t *testing.T) {
 			c.Builtins = map[string]coordinator.BuiltinAgent{"gated": gatedAgent(open)}
 		})
 		ctx := context.Background()
-		sb := o.create(coordinator.CreateParams{Agent: "gated"})
+		sb := o.create(sandbox.CreateParams{Agent: "gated"})
 		r := o.watch(sb.ID)
 		o.fs.Fail(faultstore.ErrDiskFull)
 		_, err := o.co.StartTurn(ctx, sb.ID, "hello")
 		wantUnavailable(t, "a turn queued while the agent boots", err, "disk full")
 		o.fs.Heal()
 		o.obs.settled(t)
-		if cur, err := o.co.Sandbox(ctx, sb.ID); err != nil || cur.CurrentTurn != nil {
+		if cur, err := o.fs.Sandbox(ctx, sb.ID); err != nil || cur.CurrentTurn != nil {
 			t.Fatalf("after a refused queued turn the sandbox is %+v, %v; want no current turn", cur, err)
 		}
 		close(open)
@@ -204,14 +204,14 @@ func TestStoreOutageRefusedWrite(t *testing.T) {
 		o := newOutageEnv(t, nil)
 		ctx := context.Background()
 		o.fs.Fail(faultstore.ErrDiskFull)
-		_, err := o.co.CreateSandbox(ctx, coordinator.CreateParams{})
+		_, err := o.co.CreateSandbox(ctx, sandbox.CreateParams{})
 		wantUnavailable(t, "a create", err, "disk full")
-		if list, _, err := o.co.Sandboxes(ctx, "", 10); err != nil || len(list) != 0 {
+		if list, _, err := o.fs.Sandboxes(ctx, "", 10); err != nil || len(list) != 0 {
 			t.Fatalf("a refused create left %d sandboxes, %v", len(list), err)
 		}
 		o.fs.Heal()
 		o.obs.settled(t)
-		sb := o.create(coordinator.CreateParams{})
+		sb := o.create(sandbox.CreateParams{})
 		o.waitStatus(sb.ID, sandbox.StatusReady)
 		o.checkLog(sb.ID, nil)
 	})
@@ -225,7 +225,7 @@ func TestStoreOutageCancel(t *testing.T) {
 	ctx := context.Background()
 	t.Run("Running", func(t *testing.T) {
 		o := newOutageEnv(t, nil)
-		sb := o.create(coordinator.CreateParams{})
+		sb := o.create(sandbox.CreateParams{})
 		o.waitStatus(sb.ID, sandbox.StatusReady)
 		r := o.watch(sb.ID)
 		turn := o.startHanging(sb.ID)
@@ -253,7 +253,7 @@ func TestStoreOutageCancel(t *testing.T) {
 		o := newOutageEnv(t, func(c *coordinator.Config) {
 			c.Builtins = map[string]coordinator.BuiltinAgent{"gated": gatedAgent(open)}
 		})
-		sb := o.create(coordinator.CreateParams{Agent: "gated"})
+		sb := o.create(sandbox.CreateParams{Agent: "gated"})
 		r := o.watch(sb.ID)
 		turn := o.startTurn(sb.ID, "hello")
 		o.fs.Fail(faultstore.ErrDiskFull)
@@ -279,7 +279,7 @@ func TestStoreOutageCancel(t *testing.T) {
 func TestStoreOutageApproval(t *testing.T) {
 	start := func(t *testing.T) (*outageEnv, sandbox.Sandbox, sandbox.Turn, *sandbox.ApprovalRequested, *logReader) {
 		o := newOutageEnv(t, nil)
-		sb := o.create(coordinator.CreateParams{})
+		sb := o.create(sandbox.CreateParams{})
 		o.waitStatus(sb.ID, sandbox.StatusReady)
 		r := o.watch(sb.ID)
 		turn := o.startTurn(sb.ID, "write a.txt")

@@ -69,7 +69,7 @@ func (e *env) queue(id, input string) sandbox.Turn {
 func TestQueuedTurns(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	hang := e.startHang(sb.ID)
 	first := e.queue(sb.ID, "hello first")
 	second := e.queue(sb.ID, "hello second")
@@ -101,7 +101,7 @@ func TestQueuedTurns(t *testing.T) {
 			}
 		}
 	})
-	cur, err := e.co.Sandbox(ctx, sb.ID)
+	cur, err := e.store.Sandbox(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestQueuedTurns(t *testing.T) {
 	if got, err := e.co.Turn(ctx, sb.ID, first.ID); err != nil || got.Status != sandbox.TurnSucceeded || !got.CreatedAt.Equal(first.CreatedAt) {
 		t.Fatalf("GET first turn = %+v, %v; want succeeded, created when queued", got, err)
 	}
-	if cur, _ := e.co.Sandbox(ctx, sb.ID); len(cur.QueuedTurns) != 0 || cur.CurrentTurn != nil {
+	if cur, _ := e.store.Sandbox(ctx, sb.ID); len(cur.QueuedTurns) != 0 || cur.CurrentTurn != nil {
 		t.Fatalf("sandbox after the queue ran: current %+v, queued %+v", cur.CurrentTurn, cur.QueuedTurns)
 	}
 }
@@ -146,7 +146,7 @@ func TestQueuedTurns(t *testing.T) {
 // again and runs.
 func TestQueuedAfterFailure(t *testing.T) {
 	e := newEnv(t, func(c *coordinator.Config) { c.TurnTimeout = 2 * time.Second })
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	hang := e.startHang(sb.ID)
 	next := e.queue(sb.ID, "hello")
 	evs := e.waitFor(sb.ID, 0, completedTurn(next.ID))
@@ -162,7 +162,7 @@ func TestQueuedAfterFailure(t *testing.T) {
 func TestQueuedTurnsEnd(t *testing.T) {
 	t.Run("Delete", func(t *testing.T) {
 		e := newEnv(t, nil)
-		sb := e.create(coordinator.CreateParams{})
+		sb := e.create(sandbox.CreateParams{})
 		e.startHang(sb.ID)
 		q := e.queue(sb.ID, "hello")
 		got, err := e.co.DeleteSandbox(context.Background(), sb.ID)
@@ -179,7 +179,7 @@ func TestQueuedTurnsEnd(t *testing.T) {
 	})
 	t.Run("Shutdown", func(t *testing.T) {
 		e := newEnv(t, nil)
-		sb := e.create(coordinator.CreateParams{})
+		sb := e.create(sandbox.CreateParams{})
 		e.startHang(sb.ID)
 		q := e.queue(sb.ID, "hello")
 		e.co.Close()
@@ -209,12 +209,12 @@ func TestQueuedTurnsEnd(t *testing.T) {
 // turn.started, after the turn that ran.
 func TestQueuedTurnsRestart(t *testing.T) {
 	e, crash := newCrashEnv(t)
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	hang := e.startHang(sb.ID)
 	first, second := e.queue(sb.ID, "hello first"), e.queue(sb.ID, "hello second")
 	e2 := crash()
 	co2 := e2.co
-	if got, _ := co2.Sandbox(context.Background(), sb.ID); len(got.QueuedTurns) != 2 {
+	if got, _ := e2.store.Sandbox(context.Background(), sb.ID); len(got.QueuedTurns) != 2 {
 		t.Fatalf("before recovery the log keeps %d queued turns, want 2", len(got.QueuedTurns))
 	}
 	if err := co2.Recover(context.Background()); err != nil {
@@ -235,7 +235,7 @@ func TestQueuedTurnsRestart(t *testing.T) {
 	if c := completed(evs[len(evs)-1:]); c.Error == nil || c.Error.Code != sandbox.ErrCoordinatorRestarted {
 		t.Fatalf("queued turn's turn.completed = %+v", c)
 	}
-	if got, _ := co2.Sandbox(context.Background(), sb.ID); len(got.QueuedTurns) != 0 || got.CurrentTurn != nil {
+	if got, _ := e2.store.Sandbox(context.Background(), sb.ID); len(got.QueuedTurns) != 0 || got.CurrentTurn != nil {
 		t.Fatalf("sandbox after recovery: current %+v, queued %+v", got.CurrentTurn, got.QueuedTurns)
 	}
 }

@@ -33,7 +33,7 @@ const GitTokenSecret = "GIT_TOKEN"
 const cloneTimeout = 10 * time.Minute
 
 // sourceFile keeps a clone's outcome: "done", or "failed: <message>".
-func (b *box) sourceFile() string { return filepath.Join(b.dir(), "source") }
+func (b *box) sourceFile() string { return b.dir().Source() }
 
 // sourceFailure is a clone that failed, now or at an earlier boot.
 type sourceFailure struct{ msg string }
@@ -85,7 +85,7 @@ func (b *box) cloneSource(src *sandbox.Source, reg registry.Agent, cfg config, w
 		Token:    cfg.Secrets[GitTokenSecret],
 		Env:      agentEnv(reg, cfg),
 		Launcher: b.c.cfg.Launcher,
-		Sandbox:  b.dir(),
+		Sandbox:  string(b.dir()),
 		Confinement: agent.Confinement{
 			ReadPaths: reg.ReadPaths, WritePaths: reg.WritePaths, HostPorts: reg.HostPorts,
 		},

@@ -80,7 +80,7 @@ func TestGitSource(t *testing.T) {
 	t.Run("Public", func(t *testing.T) {
 		e := newSourceEnv(t, &syncbuf.Buffer{})
 		srv.Hold() // the clone waits at its first request
-		sb := e.create(coordinator.CreateParams{Source: gitSource(srv.Public(), "", 1)})
+		sb := e.create(sandbox.CreateParams{Source: gitSource(srv.Public(), "", 1)})
 		want := sandbox.GitSource{URL: srv.Public(), Depth: 1}
 		if sb.Source == nil || sb.Source.Git == nil || *sb.Source.Git != want {
 			t.Fatalf("created with source %+v, want %+v", sb.Source, want)
@@ -108,7 +108,7 @@ func TestGitSource(t *testing.T) {
 	t.Run("Private", func(t *testing.T) {
 		var log syncbuf.Buffer
 		e := newSourceEnv(t, &log)
-		sb := e.create(coordinator.CreateParams{
+		sb := e.create(sandbox.CreateParams{
 			Source:  gitSource(srv.Private(), "feature", 0),
 			Secrets: map[string]string{coordinator.GitTokenSecret: gittest.Token},
 		})
@@ -126,7 +126,7 @@ func TestGitSource(t *testing.T) {
 		var log syncbuf.Buffer
 		e := newSourceEnv(t, &log)
 		const wrong = "ghp_wrongTokenOfTheTests9876543210dcba"
-		sb := e.create(coordinator.CreateParams{
+		sb := e.create(sandbox.CreateParams{
 			Source:  gitSource(srv.Private(), "", 1),
 			Secrets: map[string]string{coordinator.GitTokenSecret: wrong},
 		})
@@ -164,7 +164,7 @@ func TestGitSource(t *testing.T) {
 
 	t.Run("BadRef", func(t *testing.T) {
 		e := newSourceEnv(t, &syncbuf.Buffer{})
-		sb := e.create(coordinator.CreateParams{Source: gitSource(srv.Public(), "no-such-branch", 1)})
+		sb := e.create(sandbox.CreateParams{Source: gitSource(srv.Public(), "no-such-branch", 1)})
 		_, se := e.failedSource(sb)
 		if want := `ref "no-such-branch" was not found in ` + srv.Public(); !strings.Contains(se.Message, want) {
 			t.Errorf("sandbox.error %q, want it to say %q", se.Message, want)
@@ -174,7 +174,7 @@ func TestGitSource(t *testing.T) {
 	t.Run("Unreachable", func(t *testing.T) {
 		e := newSourceEnv(t, &syncbuf.Buffer{})
 		host := "127.0.0.1:" + strconv.Itoa(gittest.ClosedPort(t))
-		sb := e.create(coordinator.CreateParams{Source: gitSource("http://"+host+"/pub.git", "", 0)})
+		sb := e.create(sandbox.CreateParams{Source: gitSource("http://"+host+"/pub.git", "", 0)})
 		_, se := e.failedSource(sb)
 		if want := "could not reach the git server " + host; !strings.Contains(se.Message, want) {
 			t.Errorf("sandbox.error %q, want it to say %q", se.Message, want)
@@ -187,12 +187,12 @@ func TestGitSource(t *testing.T) {
 		e := newEnv(t, func(c *coordinator.Config) { c.MaxAgents = 1 })
 		srv.Hold()
 		defer srv.Release()
-		sb := e.create(coordinator.CreateParams{Source: gitSource(srv.Public(), "", 1)})
+		sb := e.create(sandbox.CreateParams{Source: gitSource(srv.Public(), "", 1)})
 		e.waitDetail(sb.ID, "cloning")
 		if _, err := e.co.DeleteSandbox(ctx, sb.ID); err != nil {
 			t.Fatal(err)
 		}
-		other := e.create(coordinator.CreateParams{})
+		other := e.create(sandbox.CreateParams{})
 		if c := completed(e.turnOf(other, "hello")); c.Status != sandbox.TurnSucceeded {
 			t.Fatalf("a turn of another sandbox: %+v", c)
 		}
@@ -205,7 +205,7 @@ func TestGitSource(t *testing.T) {
 	// is not made again over it.
 	t.Run("Restart", func(t *testing.T) {
 		e := newSourceEnv(t, &syncbuf.Buffer{})
-		sb := e.create(coordinator.CreateParams{Source: gitSource(srv.Public(), "", 1)})
+		sb := e.create(sandbox.CreateParams{Source: gitSource(srv.Public(), "", 1)})
 		e.waitStatus(sb.ID, sandbox.StatusReady)
 		ws, err := e.co.Files(ctx, sb.ID)
 		if err != nil {
@@ -253,7 +253,7 @@ func TestGitSourceInvalid(t *testing.T) {
 		{"no git", &sandbox.Source{}, "source needs git"},
 		{"option ref", gitSource("https://github.com/a/b.git", "--upload-pack=touch /tmp/x", 0), `starts with "-"`},
 	} {
-		_, err := e.co.CreateSandbox(context.Background(), coordinator.CreateParams{Source: c.src})
+		_, err := e.co.CreateSandbox(context.Background(), sandbox.CreateParams{Source: c.src})
 		var se *sandbox.Error
 		if !errors.As(err, &se) || se.Type != sandbox.EInvalidRequest || !strings.Contains(se.Message, c.want) {
 			t.Errorf("%s: %v, want invalid_request saying %q", c.name, err, c.want)
@@ -263,7 +263,7 @@ func TestGitSourceInvalid(t *testing.T) {
 			t.Errorf("%s: %q shows the credential", c.name, se.Message)
 		}
 	}
-	if sbs, _, err := e.co.Sandboxes(context.Background(), "", 10); err != nil || len(sbs) != 0 {
+	if sbs, _, err := e.store.Sandboxes(context.Background(), "", 10); err != nil || len(sbs) != 0 {
 		t.Errorf("sandboxes %v (%v), want none", sbs, err)
 	}
 }

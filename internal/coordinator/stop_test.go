@@ -155,7 +155,7 @@ func TestStopSequence(t *testing.T) {
 					tc.tweak(c)
 				}
 			})
-			sb := e.create(coordinator.CreateParams{Agent: "recorder"})
+			sb := e.create(sandbox.CreateParams{Agent: "recorder"})
 			turn, err := e.co.StartTurn(context.Background(), sb.ID, "write x.txt")
 			if err != nil {
 				t.Fatal(err)
@@ -195,7 +195,7 @@ func (e *env) log(id string) []sandbox.Event {
 	var out []sandbox.Event
 	var after uint64
 	for {
-		recs, err := e.co.Read(context.Background(), id, after, 1000)
+		recs, err := e.store.Read(context.Background(), id, after, 1000)
 		if err != nil {
 			e.t.Fatal(err)
 		}

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	"github.com/sparkles-dev/sparkles/internal/cluster"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/snapshot"
 	"github.com/sparkles-dev/sparkles/internal/workspace"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -27,12 +27,12 @@ import (
 
 // workDir is sandbox id's workspace directory.
 func (c *Coordinator) workDir(id string) string {
-	return filepath.Join(c.cfg.DataDir, "sandboxes", id, "work")
+	return datadir.Dir(c.cfg.DataDir).Sandbox(id).Work()
 }
 
 // snapDir is sandbox id's snapshot store.
 func (c *Coordinator) snapDir(id string) string {
-	return filepath.Join(c.cfg.DataDir, "sandboxes", id, "snapshots")
+	return datadir.Dir(c.cfg.DataDir).Sandbox(id).Snapshots()
 }
 
 // workOwner is who the files the server makes in a workspace belong to:
@@ -196,18 +196,10 @@ func (b *box) revert(turnID string) (sandbox.Sandbox, error) {
 	return b.c.store.Sandbox(b.c.ctx, b.id)
 }
 
-// Files is a sandbox's workspace opened for a client's request: read and
-// write it with the methods of workspace.Workspace, ask Room before a
-// write, Close it after.
-type Files struct {
-	*workspace.Workspace
-	c  *Coordinator
-	id string
-}
-
-// Files opens sandbox id's workspace on this node. A deleted sandbox
-// answers conflict; one whose repository is still being cloned, too.
-func (c *Coordinator) Files(ctx context.Context, id string) (*Files, error) {
+// Files opens sandbox id's workspace on this node for a client's request,
+// its Room asking the sandbox's disk limits; Close it after. A deleted
+// sandbox answers conflict; one whose repository is still being cloned, too.
+func (c *Coordinator) Files(ctx context.Context, id string) (*workspace.Workspace, error) {
 	sb, err := c.store.Sandbox(ctx, id)
 	if err != nil {
 		return nil, err
@@ -229,22 +221,16 @@ func (c *Coordinator) Files(ctx context.Context, id string) (*Files, error) {
 	if uid, gid, ok := workOwner(work); ok {
 		opts.Owner = &workspace.Owner{UID: uid, GID: gid}
 	}
-	f := &Files{c: c, id: id}
 	// What an upload already put down counts: the check walks the
 	// workspace, staging directory included.
-	opts.Room = func() error { return f.Room(0) }
-	ws, err := workspace.Open(work, opts)
-	if err != nil {
-		return nil, err
-	}
-	f.Workspace = ws
-	return f, nil
+	opts.Room = func(add int64) error { return c.filesRoom(id, add) }
+	return workspace.Open(work, opts)
 }
 
-// Room answers nil when add more bytes fit the sandbox's disk limits,
+// filesRoom answers nil when add more bytes fit sandbox id's disk limits,
 // else an insufficient_storage error naming the limit.
-func (f *Files) Room(add int64) error {
-	err := f.c.DiskRoom(f.id, add)
+func (c *Coordinator) filesRoom(id string, add int64) error {
+	err := c.DiskRoom(id, add)
 	var full *DiskFullError
 	if errors.As(err, &full) {
 		return sandbox.Errorf(sandbox.EInsufficientStorage, "%s", full.Error())

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/workspace"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
@@ -44,7 +44,7 @@ func (e *env) writeTurn(sb sandbox.Sandbox, name string) (string, []sandbox.Even
 func TestTurnChanges(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, nil)
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	e.waitStatus(sb.ID, sandbox.StatusReady)
 
 	// A file given before the turn, through the workspace.
@@ -91,7 +91,7 @@ func TestTurnChanges(t *testing.T) {
 	})
 
 	t.Run("Revert", func(t *testing.T) {
-		work := filepath.Join(e.dir, "sandboxes", sb.ID, "work")
+		work := datadir.Dir(e.dir).Sandbox(sb.ID).Work()
 		last := evs[len(evs)-1].ID
 		got, err := e.co.Revert(ctx, sb.ID, turnID)
 		if err != nil {
@@ -118,7 +118,7 @@ func TestTurnChanges(t *testing.T) {
 func TestRevertWhileTurnRuns(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, nil)
-	sb := e.create(coordinator.CreateParams{})
+	sb := e.create(sandbox.CreateParams{})
 	e.waitStatus(sb.ID, sandbox.StatusReady)
 	first, _ := e.writeTurn(sb, "a.txt")
 

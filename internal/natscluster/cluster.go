@@ -163,7 +163,7 @@ func Join(ctx context.Context, s *natsstore.Store, opts Options) (*Cluster, erro
 		opts.CallTimeout = DefaultCallTimeout
 	}
 	if opts.Replicas < 1 {
-		opts.Replicas = 1
+		opts.Replicas = natsstore.DefaultReplicas
 	}
 	if opts.APIURL != "" {
 		u, err := CheckAPIURL(opts.APIURL)

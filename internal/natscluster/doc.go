@@ -44,6 +44,6 @@
 //     registration and Close drop them all (Fences.LoseAll).
 //
 // An append the store refuses so fails with a *natsstore.FencedError,
-// which matches cluster.ErrFenced: the coordinator then stops acting for
+// which matches sandbox.ErrFenced: the coordinator then stops acting for
 // the sandbox without writing.
 package natscluster

@@ -18,6 +18,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/cluster"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
@@ -82,7 +83,7 @@ func startNodeWith(t *testing.T, natsURL, name string, opts natsstore.Options, c
 	if err := n.co.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	n.srv = server.New(server.Config{Backend: n.co, Token: nodeToken, Logger: log})
+	n.srv = server.New(server.Config{Backend: n.co, Store: n.store, Token: nodeToken, Logger: log})
 	l, err := n.srv.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -328,10 +329,10 @@ func TestTwoNodes(t *testing.T) {
 	})
 
 	t.Run("AgentOnA", func(t *testing.T) {
-		if _, err := os.Stat(filepath.Join(a.dir, "sandboxes", sb.ID, "work", "notes.txt")); err != nil {
+		if _, err := os.Stat(filepath.Join(datadir.Dir(a.dir).Sandbox(sb.ID).Work(), "notes.txt")); err != nil {
 			t.Fatalf("the file the agent wrote on A: %v", err)
 		}
-		if _, err := os.Stat(filepath.Join(b.dir, "sandboxes", sb.ID)); !os.IsNotExist(err) {
+		if _, err := os.Stat(string(datadir.Dir(b.dir).Sandbox(sb.ID))); !os.IsNotExist(err) {
 			t.Fatalf("B has a directory for the sandbox: %v", err)
 		}
 	})
@@ -468,7 +469,7 @@ func TestNodeDeath(t *testing.T) {
 		if completed != 2 {
 			t.Fatalf("%d turn.completed events, want one per turn: %s", completed, frameTypes(evs))
 		}
-		if _, err := os.Stat(filepath.Join(b.dir, "sandboxes", busy.ID, "work")); err != nil {
+		if _, err := os.Stat(datadir.Dir(b.dir).Sandbox(busy.ID).Work()); err != nil {
 			t.Fatalf("the agent's directory on B: %v", err)
 		}
 	})

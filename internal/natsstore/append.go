@@ -126,7 +126,7 @@ func (c *changes) addMutated(st *sandbox.State) {
 //
 // A process that holds the sandbox's log (see fence.go) appends only while
 // it does: an append it may no longer make fails with a *FencedError,
-// which matches cluster.ErrFenced, and writes nothing.
+// which matches sandbox.ErrFenced, and writes nothing.
 //
 // A context canceled before the first publish fails the append with
 // nothing written; after it, the append runs to the end (bounded by
@@ -273,7 +273,7 @@ func (s *Store) appendOnce(ctx context.Context, e *entry, batch []prepared, muta
 			SandboxID: id, TurnID: p.ev.TurnID, Data: p.folded,
 		}))
 	}
-	s.hooks.committing(id)
+	s.hooks.Load().committing(id)
 	for attempt := 1; ; attempt++ {
 		newRev, err := s.commit(wctx, id, work, v.owner, v.rev, ch)
 		if err == nil {

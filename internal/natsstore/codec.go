@@ -173,7 +173,7 @@ func (s *Store) getBatch(ctx context.Context, subject string, from uint64, n, ma
 	if err != nil {
 		return nil, err
 	}
-	if h := s.hooks; h != nil && h.laggingLog != nil {
+	if h := s.hooks.Load(); h != nil && h.laggingLog != nil {
 		msgs, pending = h.laggingLog(msgs), 0
 	}
 	if upTo == 0 || len(msgs) >= n || pending > 0 {

@@ -5,8 +5,9 @@
 // and the calls they forward to each other are not the store's: package
 // natscluster keeps them on the store's connection (Store.Conn,
 // Store.Bucket), and the two meet at one seam, the fences (Store.Fences;
-// see "Fencing" below). natsstore imports neither natscluster nor the
-// coordinator; of the cluster contract it knows only cluster.ErrFenced.
+// see "Fencing" below). natsstore imports neither natscluster, the
+// cluster contract nor the coordinator: a fenced append answers
+// sandbox.ErrFenced, which the coordinator matches.
 //
 // # Layout
 //
@@ -123,7 +124,7 @@
 // events after the first expect the fence subject unchanged, atomic ones
 // stand or fall with the first. The takeover's state rewrite refuses the
 // earlier holder's key-value writes. An append refused so fails with a
-// *FencedError (cluster.ErrFenced) and writes nothing; one made after
+// *FencedError (sandbox.ErrFenced) and writes nothing; one made after
 // this process learned that its leases lapsed is refused before it sends
 // anything. A node of a cluster that holds no lease of a sandbox that has
 // a fence may not write it at all; a store without a cluster writes

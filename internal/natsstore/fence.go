@@ -8,7 +8,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sparkles-dev/sparkles/internal/cluster"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -83,7 +82,7 @@ func (f *Fences) LoseAll() { f.s.loseHolds() }
 
 // FencedError is an append refused because this process does not hold the
 // sandbox's log (any more): another node put up a newer fence, or this
-// node's leases lapsed. It matches cluster.ErrFenced with errors.Is.
+// node's leases lapsed. It matches sandbox.ErrFenced with errors.Is.
 type FencedError struct {
 	SandboxID string
 	// Epoch is this process's fence of the sandbox, 0 once its hold was
@@ -96,12 +95,12 @@ type FencedError struct {
 
 func (e *FencedError) Error() string {
 	if e.Holder != 0 {
-		return fmt.Sprintf("append to %s: the log was taken over (fence %d, this node's %d): %v", e.SandboxID, e.Holder, e.Epoch, cluster.ErrFenced)
+		return fmt.Sprintf("append to %s: the log was taken over (fence %d, this node's %d): %v", e.SandboxID, e.Holder, e.Epoch, sandbox.ErrFenced)
 	}
-	return fmt.Sprintf("append to %s: this node's hold on the log is lost: %v", e.SandboxID, cluster.ErrFenced)
+	return fmt.Sprintf("append to %s: this node's hold on the log is lost: %v", e.SandboxID, sandbox.ErrFenced)
 }
 
-func (e *FencedError) Unwrap() error { return cluster.ErrFenced }
+func (e *FencedError) Unwrap() error { return sandbox.ErrFenced }
 
 // As lets a request answered with a fenced append say unavailable, not
 // internal: the sandbox's runtime moves (to another node, or back here

@@ -137,8 +137,8 @@ func (f *fenced) lastFence() uint64 {
 func mustRefuse(t *testing.T, err error) {
 	t.Helper()
 	var fe *natsstore.FencedError
-	if !errors.As(err, &fe) || !errors.Is(err, cluster.ErrFenced) {
-		t.Fatalf("append of the node that lost the sandbox: err = %v, want a *natsstore.FencedError matching cluster.ErrFenced", err)
+	if !errors.As(err, &fe) || !errors.Is(err, sandbox.ErrFenced) {
+		t.Fatalf("append of the node that lost the sandbox: err = %v, want a *natsstore.FencedError matching sandbox.ErrFenced", err)
 	}
 }
 

@@ -121,7 +121,7 @@ func (s *Store) publishSure(ctx context.Context, id string, batch []prepared, v 
 			end = len(seqs) + 1
 		}
 		actx, cancel := s.attemptCtx(ctx)
-		got, err := s.hooks.publishing(func() ([]uint64, error) { return s.publish(actx, id, batch[len(seqs):end], last, fence) })
+		got, err := s.hooks.Load().publishing(func() ([]uint64, error) { return s.publish(actx, id, batch[len(seqs):end], last, fence) })
 		cancel()
 		if err == nil {
 			if seqs = append(seqs, got...); len(seqs) == len(batch) {
@@ -310,7 +310,7 @@ func (s *Store) publishPipelined(ctx context.Context, id string, batch []prepare
 			break
 		}
 		futures = append(futures, f)
-		s.hooks.sent(id, i)
+		s.hooks.Load().sent(id, i)
 	}
 	refused, unanswered := false, false
 	for i, f := range futures {
@@ -410,7 +410,7 @@ func (s *Store) publishBatch(ctx context.Context, id string, chunk []prepared, l
 			if err := s.nc.PublishMsg(m); err != nil {
 				return nil, err
 			}
-			s.hooks.sent(id, i)
+			s.hooks.Load().sent(id, i)
 			continue
 		}
 		m.Header.Set("Nats-Batch-Commit", "1")

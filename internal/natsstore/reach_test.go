@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sparkles-dev/sparkles/internal/cluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -74,8 +73,8 @@ func TestClassify(t *testing.T) {
 	// A fenced append is never internal: the request that made it is
 	// answered unavailable, and the coordinator still sees it fenced.
 	fenced := error(&natsstore.FencedError{SandboxID: "c_1"})
-	if !errors.Is(fenced, cluster.ErrFenced) || sandbox.ErrorType(fenced) != sandbox.EUnavailable {
-		t.Fatalf("a fenced append is %q and fenced %v, want unavailable and fenced", sandbox.ErrorType(fenced), errors.Is(fenced, cluster.ErrFenced))
+	if !errors.Is(fenced, sandbox.ErrFenced) || sandbox.ErrorType(fenced) != sandbox.EUnavailable {
+		t.Fatalf("a fenced append is %q and fenced %v, want unavailable and fenced", sandbox.ErrorType(fenced), errors.Is(fenced, sandbox.ErrFenced))
 	}
 }
 

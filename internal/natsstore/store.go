@@ -30,6 +30,8 @@ const (
 	DefaultSubjectPrefix = "sparkles.events"
 	DefaultTimeout       = 10 * time.Second
 	DefaultStartTimeout  = 60 * time.Second
+	// DefaultReplicas keeps one copy: replicas need a JetStream cluster.
+	DefaultReplicas = 1
 )
 
 // Options tune a Store. Zero values take the defaults.
@@ -124,11 +126,10 @@ type Store struct {
 	// node of hold now; nil for a store that is no node (see Fences).
 	leases func() bool
 
-	hooks *testHooks // nil but in tests
-	// watchHook, nil but in tests, runs before the watch applies a change
-	// of a sandbox's state, in the watch's goroutine: a test blocks it to
-	// make this process's view lag, as a watch under load does.
-	watchHook atomic.Pointer[func(key string)]
+	// hooks is nil but in tests. A test sets it while the store's
+	// goroutines run (the watch's among them), so it is replaced whole,
+	// never changed in place.
+	hooks atomic.Pointer[testHooks]
 }
 
 // testHooks are points of the write path where a test makes something
@@ -153,6 +154,20 @@ type testHooks struct {
 	// cursorWritten runs once SetWebhookCursor has written a cursor of
 	// endpoint id, before it checks that the endpoint is still there.
 	cursorWritten func(id string)
+	// watch runs before the watch applies a change of a sandbox's state,
+	// in the watch's goroutine: a test blocks it to make this process's
+	// view lag, as a watch under load does.
+	watch func(key string)
+}
+
+func (h *testHooks) watched(key string) {
+	if h != nil && h.watch != nil {
+		h.watch(key)
+	}
+}
+
+func (h *testHooks) isLagging(key string) bool {
+	return h != nil && h.lagging != nil && h.lagging(key)
 }
 
 func (h *testHooks) webhookCursorWritten(id string) {
@@ -241,7 +256,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		opts.WebhookBucket = opts.KVBucket + "-webhooks"
 	}
 	if opts.Replicas < 1 {
-		opts.Replicas = 1
+		opts.Replicas = DefaultReplicas
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
@@ -399,9 +414,7 @@ func (s *Store) watchLoop(ctx context.Context) {
 				return
 			}
 			if kve != nil {
-				if h := s.watchHook.Load(); h != nil {
-					(*h)(kve.Key())
-				}
+				s.hooks.Load().watched(kve.Key())
 				s.applyWatch(kve)
 			}
 		}
@@ -716,7 +729,7 @@ type leaderKV struct {
 func (kv leaderKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
 	var kve jetstream.KeyValueEntry
 	var err error = jetstream.ErrKeyNotFound
-	if h := kv.s.hooks; h == nil || h.lagging == nil || !h.lagging(key) {
+	if !kv.s.hooks.Load().isLagging(key) {
 		kve, err = kv.KeyValue.Get(ctx, key)
 	}
 	if !errors.Is(err, jetstream.ErrKeyNotFound) {

@@ -300,7 +300,7 @@ func (s *Store) SetWebhookCursor(ctx context.Context, id, sandboxID string, afte
 		written = err == nil
 		get = s.leaderGetWebhook // another writer moved it, or the replica is behind
 	}
-	s.hooks.webhookCursorWritten(id)
+	s.hooks.Load().webhookCursorWritten(id)
 	if _, err := s.leaderGetWebhook(ctx, webhookEndpointKey(id)); errors.Is(err, jetstream.ErrKeyNotFound) {
 		if _, err := s.purge(ctx, "KV_"+s.webhooks.Bucket(), s.webhookSubject(key), 0); err != nil {
 			return fmt.Errorf("webhook %s: remove the cursor of a deleted endpoint: %w", id, err)

@@ -8,20 +8,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sparkles-dev/sparkles/internal/webhook"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// WebhookStore is what the webhook deliveries keep in a store: endpoints,
-// their records opaque JSON, and a cursor per endpoint and sandbox (the
-// methods of internal/webhook.Store).
-type WebhookStore interface {
-	PutWebhook(ctx context.Context, id string, endpoint []byte) error
-	Webhook(ctx context.Context, id string) ([]byte, error)
-	Webhooks(ctx context.Context) ([][]byte, error)
-	DeleteWebhook(ctx context.Context, id string) error
-	WebhookCursors(ctx context.Context, id string) (map[string]uint64, error)
-	SetWebhookCursor(ctx context.Context, id, sandboxID string, after uint64) error
-}
+// WebhookStore is what the webhook deliveries keep in a store
+// (webhook.Store): endpoints, their records opaque JSON, and a cursor per
+// endpoint and sandbox.
+type WebhookStore interface{ webhook.Store }
 
 // WebhookOpener opens a fresh, empty store for one test, as Opener does;
 // reopen, when not nil, closes it and opens the same backing store again.

@@ -439,7 +439,7 @@ func (r *runner) work(id string, cursor uint64, known bool) {
 			}
 			failures++
 			log.Error("webhooks: read the log", "err", err)
-			if !sleep(ctx, backoff(l.cfg.MinBackoff, l.cfg.MaxBackoff, failures)) {
+			if !sleepOrWake(ctx, backoff(l.cfg.MinBackoff, l.cfg.MaxBackoff, failures), nil) {
 				return
 			}
 			continue
@@ -584,18 +584,12 @@ func backoff(lo, hi time.Duration, n int) time.Duration {
 	for i := 1; i < n && d < hi; i++ {
 		d *= 2
 	}
-	d = minDur(d, hi)
+	d = min(d, hi)
 	return d/2 + rand.N(d/2+1)
 }
 
-func minDur(a, b time.Duration) time.Duration {
-	if a < b {
-		return a
-	}
-	return b
-}
-
-// sleepOrWake waits d or until wake; false when ctx ended first.
+// sleepOrWake waits d or until wake (nil: never); false when ctx ended
+// first.
 func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -605,18 +599,6 @@ func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) boo
 	case <-t.C:
 		return true
 	case <-wake:
-		return true
-	}
-}
-
-// sleep waits d; false when ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
 		return true
 	}
 }

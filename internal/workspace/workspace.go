@@ -16,9 +16,9 @@
 // named with its flag). Anything else is an internal error with detail.
 //
 // Disk limits (the 507 of --sandbox-disk-max and --disk-reserve) are not
-// checked here: a caller asks Coordinator.DiskRoom before a write or an
-// unpack and refuses it with the *DiskFullError that answers; a write
-// that meets a full disk here is answered unavailable.
+// known here: Options.Room asks the caller (the coordinator's DiskRoom)
+// before and during a write or an unpack, and its error refuses it; a
+// write that meets a full disk here is answered unavailable.
 //
 // No hook, filter or program of the user's runs: everything is plain
 // file system calls.
@@ -73,12 +73,13 @@ type Options struct {
 	Owner  *Owner
 	Limits Limits
 	Log    *slog.Logger
-	// Room, when set, is asked whether the workspace's disk limits still
-	// hold: after every RoomEvery bytes a write or an unpack puts down,
-	// and once it is all down, before it is moved into place. Its error
-	// (the caller's, such as insufficient_storage) refuses the write or
-	// the unpack, and nothing of it is left. The bytes already down count.
-	Room func() error
+	// Room, when set, is asked whether add more bytes fit the
+	// workspace's disk limits: by Workspace.Room, and with add 0 after
+	// every RoomEvery bytes a write or an unpack puts down and once it is
+	// all down, before it is moved into place. Its error (the caller's,
+	// such as insufficient_storage) refuses the write or the unpack, and
+	// nothing of it is left. The bytes already down count.
+	Room func(add int64) error
 }
 
 // RoomEvery is how many bytes a write or an unpack puts down between
@@ -117,6 +118,16 @@ func Open(dir string, opts Options) (*Workspace, error) {
 
 // Close releases the workspace's directory.
 func (w *Workspace) Close() error { return w.root.Close() }
+
+// Room answers whether add more bytes fit the workspace's disk limits
+// (Options.Room), so that a body of known size is refused before it is
+// read; nil without Options.Room.
+func (w *Workspace) Room(add int64) error {
+	if w.opts.Room == nil {
+		return nil
+	}
+	return w.opts.Room(add)
+}
 
 // clean turns a path given by a client into one relative to the
 // workspace: "" and "." are the workspace itself; an absolute path and
@@ -230,7 +241,7 @@ func tempName(prefix string) string {
 // roomWriter asks Options.Room every RoomEvery bytes written through it.
 type roomWriter struct {
 	w     io.Writer
-	room  func() error
+	room  func(add int64) error
 	since int64
 }
 
@@ -243,18 +254,13 @@ func (r *roomWriter) Write(p []byte) (int, error) {
 	r.since += int64(n)
 	if err == nil && r.room != nil && r.since >= RoomEvery {
 		r.since = 0
-		err = r.room()
+		err = r.room(0)
 	}
 	return n, err
 }
 
 // check asks Options.Room once the bytes are all down.
-func (w *Workspace) checkRoom() error {
-	if w.opts.Room == nil {
-		return nil
-	}
-	return w.opts.Room()
-}
+func (w *Workspace) checkRoom() error { return w.Room(0) }
 
 func tooLarge(what string, limit int64, flag string) error {
 	return sandbox.Errorf(sandbox.EPayloadTooLarge, "%s is over the limit of %s (%s)", what, bytesText(limit), flag)

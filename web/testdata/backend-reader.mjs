@@ -2,7 +2,7 @@
 // backend-reader.mjs reads a Sandbox's event stream from a Node backend
 // with sparkles-events.js and the server token, as an application's
 // backend would, against a real `sparkles serve` (SPARKLES_URL,
-// SPARKLES_TOKEN). TestNodeBackendReader in the root package runs it; it
+// SPARKLES_TOKEN). TestNodeBackendReader in internal/e2e runs it; it
 // exits 0 and prints "ok" only when the stream was right:
 //
 //   - reader A follows a turn from since=0. Its first connection is cut

@@ -43,16 +43,18 @@ var (
 
 // Entry types of FileEntry.Type.
 const (
-	EntryFile    = "file"
-	EntryDir     = "dir"
-	EntrySymlink = "symlink"
+	EntryFile    = sandbox.EntryFile
+	EntryDir     = sandbox.EntryDir
+	EntrySymlink = sandbox.EntrySymlink
 	// EntryOther is a socket, a device or a FIFO: listed, never read.
-	EntryOther = "other"
+	EntryOther = sandbox.EntryOther
 )
 
 // FileEntry is one entry of the workspace. Path is its full path from the
 // workspace root, with forward slashes; Size is 0 for a directory and the
-// length of its target for a symbolic link.
+// length of its target for a symbolic link. It is sandbox.FileEntry as a
+// client sees it: with what ReadFile and WriteFile learn from an answer's
+// headers and status besides its body.
 type FileEntry struct {
 	Path       string    `json:"path"`
 	Type       string    `json:"type"`
@@ -300,17 +302,10 @@ func (c *Client) Archive(ctx context.Context, id, dir string) (io.ReadCloser, er
 
 // ArchiveSummary is what an unpack made: its entries, the bytes of its
 // files, and entries it left out.
-type ArchiveSummary struct {
-	Entries int            `json:"entries"`
-	Bytes   int64          `json:"bytes"`
-	Skipped []SkippedEntry `json:"skipped,omitempty"`
-}
+type ArchiveSummary = sandbox.ArchiveSummary
 
 // SkippedEntry is an entry an unpack left out, and why.
-type SkippedEntry struct {
-	Path   string `json:"path"`
-	Reason string `json:"reason"`
-}
+type SkippedEntry = sandbox.SkippedEntry
 
 // Unpack unpacks the tar or tar.gz read from r into the directory dir ("" for
 // the workspace root), made if missing. A bad entry (a name leading out,

@@ -14,26 +14,25 @@ import (
 	"github.com/julienschmidt/httprouter"
 	gzip "github.com/klauspost/compress/gzip"
 
-	"github.com/sparkles-dev/sparkles/internal/workspace"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
 // The workspace routes (docs/workspace.md): a sandbox's files, its archive, and
 // what a turn changed. Full token only: a stream token reads events, not
-// files. Every path is relative to the workspace and resolved by
-// internal/workspace through one os.Root, so nothing here needs to
-// check one beyond taking it from the URL.
+// files. Every path is relative to the workspace and resolved by the
+// Backend's sandbox.Files (internal/workspace, through one os.Root), so
+// nothing here needs to check one beyond taking it from the URL.
 
 // Listing pages.
 const (
 	defaultFilePage = 100
-	maxFilePage     = workspace.MaxList
+	maxFilePage     = sandbox.MaxFileList
 )
 
 type fileList struct {
-	Object  string            `json:"object"`
-	Data    []workspace.Entry `json:"data"`
-	HasMore bool              `json:"has_more"`
+	Object  string              `json:"object"`
+	Data    []sandbox.FileEntry `json:"data"`
+	HasMore bool                `json:"has_more"`
 }
 
 type fileDeleted struct {
@@ -58,7 +57,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, ps httprouter.P
 	if err != nil {
 		return err
 	}
-	if e.Type == workspace.TypeDir {
+	if e.Type == sandbox.EntryDir {
 		limit, err := queryLimit(r, defaultFilePage, maxFilePage)
 		if err != nil {
 			return err
@@ -117,7 +116,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, ps httprouter.P
 			return sandbox.Errorf(sandbox.EPreconditionFailed, "If-None-Match *: %q exists", p)
 		}
 	}
-	e, created, err := f.WriteFile(p, r.Body, workspace.WriteOptions{IfMatch: r.Header.Get("If-Match")})
+	e, created, err := f.WriteFile(p, r.Body, sandbox.WriteFileOptions{IfMatch: r.Header.Get("If-Match")})
 	if err != nil {
 		return err
 	}
@@ -177,7 +176,7 @@ func (s *Server) getArchive(w http.ResponseWriter, r *http.Request, ps httproute
 	if err != nil {
 		return err
 	}
-	if e.Type != workspace.TypeDir {
+	if e.Type != sandbox.EntryDir {
 		return sandbox.Errorf(sandbox.EInvalidRequest, "%q is not a directory; GET its path under /files for a file", dir)
 	}
 	name := id + ".tar.gz"

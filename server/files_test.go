@@ -77,7 +77,7 @@ func TestFiles(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("PUT new: %d %s", resp.StatusCode, body)
 	}
-	var e workspace.Entry
+	var e sandbox.FileEntry
 	if err := json.Unmarshal(body, &e); err != nil || e.Path != "src/main.go" || e.Type != "file" || e.Size != 13 {
 		t.Fatalf("PUT answer %s (%v)", body, err)
 	}
@@ -279,7 +279,7 @@ func TestArchive(t *testing.T) {
 	work := datadir.Dir(dir).Sandbox(sb.ID).Work()
 
 	for _, gz := range []bool{false, true} {
-		var sum workspace.Summary
+		var sum sandbox.ArchiveSummary
 		resp, body := h.raw("PUT", base+"/archive?path=up", tarOf(t, gz, &tar.Header{Name: "a.txt"}, &tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755}, &tar.Header{Name: "d/b.txt"}))
 		if resp.StatusCode != 200 || json.Unmarshal(body, &sum) != nil || sum.Entries != 3 {
 			t.Fatalf("PUT archive (gzip %v): %d %s", gz, resp.StatusCode, body)

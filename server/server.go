@@ -18,7 +18,6 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/sparkles-dev/sparkles/internal/workspace"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -39,7 +38,7 @@ type Backend interface {
 	CheckAgent(ctx context.Context, name string) (sandbox.AgentCheck, error)
 	// Files opens a sandbox's workspace for one request; its Room asks
 	// the sandbox's disk limits.
-	Files(ctx context.Context, id string) (*workspace.Workspace, error)
+	Files(ctx context.Context, id string) (sandbox.Files, error)
 	Diff(ctx context.Context, id, turnID string, w io.Writer) error
 	Revert(ctx context.Context, id, turnID string) (sandbox.Sandbox, error)
 	AgentLog(ctx context.Context, id string) (sandbox.AgentLog, error)

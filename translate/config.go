@@ -22,23 +22,6 @@ type configUpdate struct {
 	} `json:"update"`
 }
 
-// rawConfigOption is an ACP SessionConfigOption of type select; options
-// are a flat list or a list of groups, each with its options.
-type rawConfigOption struct {
-	ID           string `json:"id"`
-	Category     string `json:"category"`
-	Type         string `json:"type"`
-	CurrentValue string `json:"currentValue"`
-	Options      []struct {
-		Value   string `json:"value"`
-		Name    string `json:"name"`
-		Options []struct {
-			Value string `json:"value"`
-			Name  string `json:"name"`
-		} `json:"options"`
-	} `json:"options"`
-}
-
 // Config curates the agent config as the agent announced it (raw ids and
 // names, the coordinator reads them from the session's answer or sets
 // them) and returns its sandbox.updated, or nothing when it is the one
@@ -80,6 +63,15 @@ func (t *Translator) choices(raw []sandbox.ConfigChoice) []sandbox.ConfigChoice 
 	return out
 }
 
+// optionChoices curates a config option's choices; those the parse cut
+// count as dropped, as those past the bound of a list given to Config do.
+func (t *Translator) optionChoices(o *ConfigOption) []sandbox.ConfigChoice {
+	if o.Cut {
+		t.drop(DropConfigChoices)
+	}
+	return t.choices(o.Choices)
+}
+
 func (t *Translator) configChanged(now time.Time, c sandbox.AgentConfig) []*sandbox.Event {
 	if p := t.config; p != nil && p.Mode == c.Mode && p.Model == c.Model &&
 		slices.Equal(p.Modes, c.Modes) && slices.Equal(p.Models, c.Models) {
@@ -118,46 +110,20 @@ func (t *Translator) configUpdate(params json.RawMessage) []*sandbox.Event {
 		}
 		c.Mode = t.redactBounded(*u.Update.CurrentModeID, sandbox.MaxConfigIDBytes)
 	case "config_option_update":
-		var opts []rawConfigOption
-		if json.Unmarshal(u.Update.ConfigOptions, &opts) != nil {
+		mode, model, err := ParseConfigOptions(u.Update.ConfigOptions)
+		if err != nil {
 			t.drop(DropMalformed)
 			return nil
 		}
-		raw := sandbox.AgentConfig{Mode: c.Mode, Model: c.Model}
-		var mode, model bool
-		for _, o := range opts {
-			kind := o.Category
-			if kind == "" {
-				kind = o.ID
-			}
-			if (o.Type != "" && o.Type != "select") || (kind == "mode" && mode) || (kind == "model" && model) {
-				continue
-			}
-			var choices []sandbox.ConfigChoice
-			for _, x := range o.Options {
-				if x.Value != "" {
-					choices = append(choices, sandbox.ConfigChoice{ID: x.Value, Name: x.Name})
-				}
-				for _, y := range x.Options {
-					choices = append(choices, sandbox.ConfigChoice{ID: y.Value, Name: y.Name})
-				}
-			}
-			switch kind {
-			case "mode":
-				mode, raw.Mode, raw.Modes = true, o.CurrentValue, choices
-			case "model":
-				model, raw.Model, raw.Models = true, o.CurrentValue, choices
-			}
-		}
-		if !mode && !model {
+		if mode == nil && model == nil {
 			t.drop(u.Update.SessionUpdate)
 			return nil
 		}
-		if mode {
-			c.Mode, c.Modes = t.redactBounded(raw.Mode, sandbox.MaxConfigIDBytes), t.choices(raw.Modes)
+		if mode != nil {
+			c.Mode, c.Modes = t.redactBounded(mode.Current, sandbox.MaxConfigIDBytes), t.optionChoices(mode)
 		}
-		if model {
-			c.Model, c.Models = t.redactBounded(raw.Model, sandbox.MaxConfigIDBytes), t.choices(raw.Models)
+		if model != nil {
+			c.Model, c.Models = t.redactBounded(model.Current, sandbox.MaxConfigIDBytes), t.optionChoices(model)
 		}
 	default:
 		// Outside a turn, text that only names one.

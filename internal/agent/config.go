@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
+	"github.com/sparkles-dev/sparkles/translate"
 )
 
 // Choice is one mode or model an agent offers: its id and its name, as the
@@ -33,7 +36,8 @@ type SessionConfig struct {
 
 // maxChoices bounds the choices kept of each list: an agent announcing
 // thousands of models must not bloat every event that repeats them.
-const maxChoices = 50
+// configOptions are cut to the same bound as they are parsed.
+const maxChoices = sandbox.MaxConfigChoices
 
 // SessionConfig answers the session's mode and model as the agent last
 // announced them, with those this client set since.
@@ -143,75 +147,6 @@ type (
 	}
 )
 
-// rawConfigOption is an ACP SessionConfigOption of type select; options
-// are a flat list or a list of groups, each with its options.
-type rawConfigOption struct {
-	ID           string `json:"id"`
-	Category     string `json:"category"`
-	Type         string `json:"type"`
-	CurrentValue string `json:"currentValue"`
-	Options      []struct {
-		Value   string `json:"value"`
-		Name    string `json:"name"`
-		Options []struct {
-			Value string `json:"value"`
-			Name  string `json:"name"`
-		} `json:"options"`
-	} `json:"options"`
-}
-
-// parseConfigOptions reads the mode and the model out of ACP
-// configOptions: the select options of category mode and model (or with
-// those ids when the agent gives no category). ok is false when the list
-// has neither.
-func parseConfigOptions(raw json.RawMessage) (mode, model *optionChoice, ok bool) {
-	var opts []json.RawMessage
-	if json.Unmarshal(raw, &opts) != nil {
-		return nil, nil, false
-	}
-	for _, r := range opts {
-		var o rawConfigOption
-		if json.Unmarshal(r, &o) != nil || (o.Type != "" && o.Type != "select") {
-			continue
-		}
-		kind := o.Category
-		if kind == "" {
-			kind = o.ID
-		}
-		oc := &optionChoice{Option: o.ID, Current: o.CurrentValue}
-		for _, x := range o.Options {
-			if x.Value != "" {
-				oc.Choices = append(oc.Choices, Choice{ID: x.Value, Name: x.Name})
-			}
-			for _, y := range x.Options {
-				oc.Choices = append(oc.Choices, Choice{ID: y.Value, Name: y.Name})
-			}
-		}
-		if len(oc.Choices) > maxChoices {
-			oc.Choices = oc.Choices[:maxChoices]
-		}
-		switch kind {
-		case "mode":
-			if mode == nil {
-				mode = oc
-			}
-		case "model":
-			if model == nil {
-				model = oc
-			}
-		}
-	}
-	return mode, model, mode != nil || model != nil
-}
-
-// optionChoice is one select config option: its id, current value and
-// choices.
-type optionChoice struct {
-	Option  string
-	Current string
-	Choices []Choice
-}
-
 // parseSessionConfig reads an answer to session/new or session/load.
 func parseSessionConfig(answer json.RawMessage) SessionConfig {
 	var a struct {
@@ -251,12 +186,20 @@ func parseSessionConfig(answer json.RawMessage) SessionConfig {
 			}
 		}
 	}
-	mode, model, _ := parseConfigOptions(a.ConfigOptions)
+	mode, model, _ := translate.ParseConfigOptions(a.ConfigOptions)
 	if mode != nil {
-		sc.Mode, sc.Modes, sc.modeOption = mode.Current, mode.Choices, mode.Option
+		sc.Mode, sc.Modes, sc.modeOption = mode.Current, choicesOf(mode.Choices), mode.ID
 	}
 	if model != nil {
-		sc.Model, sc.Models, sc.modelOption = model.Current, model.Choices, model.Option
+		sc.Model, sc.Models, sc.modelOption = model.Current, choicesOf(model.Choices), model.ID
 	}
 	return sc
+}
+
+func choicesOf(cs []sandbox.ConfigChoice) []Choice {
+	var out []Choice
+	for _, c := range cs {
+		out = append(out, Choice{ID: c.ID, Name: c.Name})
+	}
+	return out
 }

@@ -1,11 +1,17 @@
 // Package bench measures a Sparkles server end to end on the machine it runs
 // on: durable appends, append-to-SSE latency, fan-out, idle connections,
-// replay and slow readers. Each scenario starts its own server (boltstore on
-// a temporary file, a coordinator without agents, the HTTP server on
-// 127.0.0.1:0) and drives it with a loopback client, and reports figures
-// with the conditions they were measured under and the target each is held
-// to. `sparkles bench` prints them; the package's tests run every scenario
-// at tiny sizes so none of them can rot.
+// replay, slow readers, stopped agents, starts on a large store, the file's
+// size, a long turn's cost, webhook deliveries, and the same side by side
+// with a Mercure hub (peer, opt-in); and, with no server, what a turn costs
+// its workspace. Each scenario starts its own server (the internal/app Main
+// that serve runs, on a temporary data dir, the HTTP server on 127.0.0.1:0),
+// in this process or, where the server's memory or CPU is measured apart
+// from the clients', in a child process (RunChild), with agents only where
+// it measures them (EnvChildAgent). It drives the server with a loopback
+// client and reports figures with the conditions they were measured under
+// and the target each is held to. `sparkles bench` prints them; the
+// package's tests run every scenario that runs by default at tiny sizes so
+// none of them can rot.
 package bench
 
 import (

@@ -228,7 +228,7 @@ func (cp *copier) downloadDir(src, dst end) (err error) {
 			undo()
 		}
 	}()
-	var sum workspace.Summary
+	var sum sandbox.ArchiveSummary
 	if len(page.Data) > 0 {
 		body, err := cp.api.Archive(cp.ctx, src.id, src.path)
 		if err != nil {
@@ -384,7 +384,7 @@ func (cp *copier) uploadDir(src, dst end) error {
 		return err
 	}
 	type archived struct {
-		sum workspace.Summary
+		sum sandbox.ArchiveSummary
 		err error
 	}
 	pr, pw := io.Pipe()

@@ -3,9 +3,11 @@
 //
 // The server starts every agent through a launcher: its own binary again
 // (/proc/self/exe, with a reserved first argument that main checks before
-// the CLI parses anything), cloned into new user, PID, mount and network
-// namespaces with the server's uid and gid mapped to themselves. The launcher reads what to run (a spec) from an
-// inherited pipe and then, as PID 1 of its namespace:
+// the CLI parses anything), cloned into new user, PID, mount, network and
+// IPC namespaces with the server's uid and gid mapped to themselves (and,
+// where the server is root, AgentID, the uid agents then run as). The
+// launcher reads what to run (a spec) from an inherited pipe and then, as
+// PID 1 of its namespace:
 //
 //   - makes every mount private, mounts a fresh /proc (only the sandbox's
 //     processes are in it), covers /tmp, /run and the server user's home
@@ -40,7 +42,9 @@
 // namespaces hide what Landlock cannot (other processes, sockets on
 // kernels whose Landlock cannot filter connect), and Landlock denies what
 // the mounts alone would leave reachable. Where the kernel lacks any of it,
-// New fails and the server refuses to start rather than run agents bare.
+// Prepare fails, or the probe does (the launcher started once with a check
+// as its agent that tries from inside what it must not do), and the server
+// refuses to start rather than run agents bare.
 //
 // The seccomp filter denies what no namespace or Landlock rule covers and
 // no coding agent needs, as Docker's default profile and Flatpak's do,
@@ -69,6 +73,7 @@
 // the launcher's memory guard, which polls the namespace's processes and
 // stops the agent past its limit, and by RLIMIT_NPROC (cgroup_linux.go,
 // memguard_linux.go).
+//
 // Network. Every agent has a network namespace of its own, so the host's
 // loopback (the API, other sandboxes' servers, a developer's database)
 // and the sockets of other network namespaces, abstract unix sockets

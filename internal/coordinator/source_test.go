@@ -211,7 +211,7 @@ func TestGitSource(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := ws.WriteFile("a.txt", strings.NewReader("changed\n"), workspaceWrite()); err != nil {
+		if _, _, err := ws.WriteFile("a.txt", strings.NewReader("changed\n"), sandbox.WriteFileOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		ws.Close()

@@ -199,7 +199,7 @@ func (b *box) revert(turnID string) (sandbox.Sandbox, error) {
 // Files opens sandbox id's workspace on this node for a client's request,
 // its Room asking the sandbox's disk limits; Close it after. A deleted
 // sandbox answers conflict; one whose repository is still being cloned, too.
-func (c *Coordinator) Files(ctx context.Context, id string) (*workspace.Workspace, error) {
+func (c *Coordinator) Files(ctx context.Context, id string) (sandbox.Files, error) {
 	sb, err := c.store.Sandbox(ctx, id)
 	if err != nil {
 		return nil, err
@@ -224,7 +224,11 @@ func (c *Coordinator) Files(ctx context.Context, id string) (*workspace.Workspac
 	// What an upload already put down counts: the check walks the
 	// workspace, staging directory included.
 	opts.Room = func(add int64) error { return c.filesRoom(id, add) }
-	return workspace.Open(work, opts)
+	ws, err := workspace.Open(work, opts)
+	if err != nil {
+		return nil, err
+	}
+	return ws, nil
 }
 
 // filesRoom answers nil when add more bytes fit sandbox id's disk limits,

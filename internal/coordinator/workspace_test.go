@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/internal/datadir"
-	"github.com/sparkles-dev/sparkles/internal/workspace"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -52,7 +51,7 @@ func TestTurnChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, created, err := f.WriteFile("README.md", strings.NewReader("# hello\n"), workspaceWrite()); err != nil || !created {
+	if _, created, err := f.WriteFile("README.md", strings.NewReader("# hello\n"), sandbox.WriteFileOptions{}); err != nil || !created {
 		t.Fatalf("WriteFile = %v, %v", created, err)
 	}
 	f.Close()
@@ -145,5 +144,3 @@ func TestRevertWhileTurnRuns(t *testing.T) {
 		t.Fatalf("revert after the turn: %v", err)
 	}
 }
-
-func workspaceWrite() workspace.WriteOptions { return workspace.WriteOptions{} }

@@ -6,7 +6,10 @@
 //
 // It lives beside natsstore and on its connection: Join takes the
 // *natsstore.Store of the process, speaks on Store.Conn and opens its
-// buckets with Store.Bucket. natsstore does not import this package.
+// buckets with Store.Bucket. Its requests fail at once as unavailable
+// while the store knows NATS does not answer, and are given up with the
+// store's (Store.Unreachable, CutOff, CutOffWrites, Classify; see
+// natsstore's doc.go). natsstore does not import this package.
 //
 // # Layout
 //

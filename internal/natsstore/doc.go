@@ -5,7 +5,8 @@
 // and the calls they forward to each other are not the store's: package
 // natscluster keeps them on the store's connection (Store.Conn,
 // Store.Bucket), and the two meet at one seam, the fences (Store.Fences;
-// see "Fencing" below). natsstore imports neither natscluster, the
+// see "Fencing" below); its requests fail as the store's do when NATS
+// does not answer (see below). natsstore imports neither natscluster, the
 // cluster contract nor the coordinator: a fenced append answers
 // sandbox.ErrFenced, which the coordinator matches.
 //
@@ -156,6 +157,20 @@
 // the end of the log and would skip what it lacked. A stale value is
 // otherwise harmless: every write expects the revision or sequence it
 // read, and the leader refuses one that moved.
+//
+// # When NATS does not answer
+//
+// The store learns at once that NATS went away (reach.go): from the
+// connection, from a probe of the stream and the bucket every second, and
+// from a request of its own that got no answer. While NATS is away, a call
+// that needs the server fails at once as unavailable instead of after
+// Options.Timeout; a read in flight is given up at once, a write in
+// flight writeGrace later, so an outage shorter than that costs the write
+// nothing. A write given up has an unknown outcome: made again, its events
+// are recognised where they landed (publish.go). Health answers from what
+// the store knows, without waiting. The cluster side asks the same
+// (Store.Unreachable, CutOff, CutOffWrites, Classify), so its claims and
+// releases fail as the store's calls do.
 //
 // # Several processes
 //

@@ -231,8 +231,18 @@ func (s *Store) checkHold(id string, epoch uint64, v view) error {
 		}
 		return nil
 	}
+	if v.fence != 0 && v.fence < epoch {
+		// This process's own fence is at epoch: a read that shows an
+		// older one came from a replica that has not caught up. Read
+		// again rather than refuse an append this process may make.
+		return fmt.Errorf("sandbox %s: fence %d read, this process's is %d: %w", id, v.fence, epoch, errMoved)
+	}
 	if v.fence != 0 && v.fence != epoch {
 		return &FencedError{SandboxID: id, Epoch: epoch, Holder: v.fence}
+	}
+	if v.owner != 0 && v.owner < epoch {
+		// Likewise a state read before this process's takeover wrote it.
+		return fmt.Errorf("sandbox %s: owner %d read, this process's epoch is %d: %w", id, v.owner, epoch, errMoved)
 	}
 	if v.owner != 0 && v.owner != epoch {
 		return &FencedError{SandboxID: id, Epoch: epoch, Holder: v.owner}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,7 +12,180 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sparkles-dev/sparkles/sandbox"
 )
+
+// Open and the steps it takes: it connects, checks the server, opens the
+// stream and the buckets (asked again while a cluster that is starting is
+// not ready), learns every sandbox from the watch, and folds in what a
+// crashed append left beyond a state.
+
+// Open connects to the NATS server at url, checks that it is recent enough
+// and has JetStream, creates the stream and the bucket if they do not exist
+// (an existing one keeps its settings; what Sparkles cannot work with is
+// an error, see setup.go), learns every sandbox from the bucket, and folds
+// into its state any events that a process which crashed mid-append left
+// beyond it.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	if opts.StreamName == "" {
+		opts.StreamName = DefaultStreamName
+	}
+	if opts.KVBucket == "" {
+		opts.KVBucket = DefaultKVBucket
+	}
+	if opts.SubjectPrefix == "" {
+		opts.SubjectPrefix = DefaultSubjectPrefix
+	}
+	if opts.WebhookBucket == "" {
+		opts.WebhookBucket = opts.KVBucket + "-webhooks"
+	}
+	if opts.Replicas < 1 {
+		opts.Replicas = DefaultReplicas
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	log := opts.Logger
+	reach := newReach()
+	nopts := append([]nats.Option{
+		nats.Name("sparkles"),
+		nats.MaxReconnects(-1),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				log.Warn("natsstore: subscription error", "subject", sub.Subject, "err", err)
+				return
+			}
+			log.Warn("natsstore: connection error", "err", err)
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("natsstore: disconnected from NATS", "err", err)
+			}
+			reach.fail("not connected to NATS (reconnecting)")
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("natsstore: reconnected to NATS", "url", nc.ConnectedUrlRedacted())
+			reach.probeNow()
+		}),
+	}, opts.NATSOptions...)
+	nc, err := nats.Connect(url, nopts...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to NATS at %s: %w", url, err)
+	}
+	s := &Store{
+		nc:            nc,
+		streamName:    opts.StreamName,
+		kvStream:      "KV_" + opts.KVBucket,
+		kvPrefix:      "$KV." + opts.KVBucket + ".",
+		subjectPrefix: opts.SubjectPrefix,
+		fencePrefix:   fencePrefix(opts.SubjectPrefix),
+		bothPrefix:    bothPrefix(opts.SubjectPrefix),
+		log:           opts.Logger,
+		now:           opts.Now,
+		timeout:       opts.Timeout,
+		startTimeout:  opts.StartTimeout,
+		observer:      opts.Observer,
+		reach:         reach,
+		sandboxes:     make(map[string]*entry),
+		dropped:       make(map[string]uint64),
+		holds:         make(map[string]uint64),
+	}
+	if err := s.init(ctx, opts); err != nil {
+		s.shutdown()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) init(ctx context.Context, opts Options) error {
+	if err := checkServer(s.nc); err != nil {
+		return err
+	}
+	js, err := jetstream.New(s.nc, jetstream.WithDefaultTimeout(s.timeout))
+	if err != nil {
+		return err
+	}
+	s.js = js
+	until := time.Now().Add(s.startTimeout)
+	if err := s.whenReady(ctx, until, s.checkJetStream); err != nil {
+		return err
+	}
+	if err := s.whenReady(ctx, until, func(ctx context.Context) error { return s.openStream(ctx, opts) }); err != nil {
+		return err
+	}
+	if err := s.whenReady(ctx, until, func(ctx context.Context) (err error) {
+		s.kv, err = s.openBucket(ctx, jetstream.KeyValueConfig{
+			Bucket:      opts.KVBucket,
+			Description: "Sparkles sandbox states, configs, turns and approvals",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    opts.Replicas,
+		}, noTTL)
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := s.openWebhooks(ctx, until, opts); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	// A bucket just made with replicas may not have elected its leader
+	// yet: its watch is asked again, within the request timeout, before
+	// the store gives up on it.
+	deadline := time.Now().Add(s.timeout)
+	for {
+		s.watcher, err = s.kv.WatchFiltered(wctx, []string{"state.*"})
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-time.After(100 * time.Millisecond): // backoff between asks, not a wait for a condition
+		case <-ctx.Done():
+		}
+	}
+	if err != nil {
+		cancel()
+		return fmt.Errorf("cannot watch bucket %s: %w", opts.KVBucket, err)
+	}
+	// The initial values end with a nil entry; only then is every sandbox
+	// known, so listings are complete from the start.
+initial:
+	for {
+		select {
+		case kve, ok := <-s.watcher.Updates():
+			if !ok {
+				return errors.New("watch of sandbox states ended while loading")
+			}
+			if kve == nil {
+				break initial
+			}
+			s.applyWatch(kve)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		s.watchLoop(wctx)
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.probeLoop(wctx)
+	}()
+	return s.repairAll(ctx)
+}
 
 // minServer is the oldest nats-server with every JetStream feature the
 // store uses: atomic batch publish (2.12; appends to a replicated stream),
@@ -261,4 +435,48 @@ func noTTL(st jetstream.KeyValueStatus) error {
 		return fmt.Errorf("its keys expire after %s", st.TTL())
 	}
 	return nil
+}
+
+// repairAll folds the events a crashed append left beyond the state of any
+// sandbox. It asks for the last sequence of many subjects at once.
+func (s *Store) repairAll(ctx context.Context) error {
+	s.mu.Lock()
+	last := make(map[string]uint64, len(s.sandboxes))
+	for id, e := range s.sandboxes {
+		last[id] = uint64(e.sb.LastEventID)
+	}
+	ids := slices.Clone(s.ids)
+	s.mu.Unlock()
+	var errs []error
+	for chunk := range slices.Chunk(ids, 512) {
+		subjects := make([]string, len(chunk))
+		for i, id := range chunk {
+			subjects[i] = s.subject(id)
+		}
+		tips, err := s.lastSeqs(ctx, subjects, 0)
+		if err != nil {
+			return fmt.Errorf("cannot read the tips of the event logs: %w", err)
+		}
+		for _, id := range chunk {
+			if tips[s.subject(id)] <= last[id] {
+				continue
+			}
+			if err := s.repairOne(ctx, id); err != nil && !sandbox.IsType(err, sandbox.ENotFound) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Store) repairOne(ctx context.Context, id string) error {
+	e, err := s.lookup(ctx, id)
+	if err != nil {
+		return err
+	}
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	s.invalidate(e)
+	_, err = s.loadForWrite(ctx, e, nil)
+	return err
 }

@@ -125,13 +125,25 @@ func (s *Store) PutWebhook(ctx context.Context, id string, endpoint []byte) (err
 }
 
 // Webhook returns the record of endpoint id.
-func (s *Store) Webhook(ctx context.Context, id string) (_ []byte, err error) {
+func (s *Store) Webhook(ctx context.Context, id string) ([]byte, error) {
+	var rec []byte
+	err := s.readWebhook(ctx, id, func(_ context.Context, kve jetstream.KeyValueEntry) error {
+		rec = kve.Value()
+		return nil
+	})
+	return rec, err
+}
+
+// readWebhook runs read on the record of endpoint id within one call of
+// the store (see begin), so that what read asks is bounded and given up
+// as the record's read is. An endpoint that is not there is not_found.
+func (s *Store) readWebhook(ctx context.Context, id string, read func(context.Context, jetstream.KeyValueEntry) error) (err error) {
 	if err := s.enter(); err != nil {
-		return nil, err
+		return err
 	}
 	defer s.leave()
 	if !knownWebhookID(id) {
-		return nil, webhookNotFound(id)
+		return webhookNotFound(id)
 	}
 	ctx, done := s.begin(ctx, false)
 	defer func() { err = done(err) }()
@@ -139,12 +151,12 @@ func (s *Store) Webhook(ctx context.Context, id string) (_ []byte, err error) {
 	defer cancel()
 	kve, err := s.webhooks.Get(ctx, webhookEndpointKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, webhookNotFound(id)
+		return webhookNotFound(id)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("webhook %s: %w", id, err)
+		return fmt.Errorf("webhook %s: %w", id, err)
 	}
-	return kve.Value(), nil
+	return read(ctx, kve)
 }
 
 // Webhooks returns the records of every endpoint, in id order.
@@ -177,36 +189,25 @@ func (s *Store) Webhooks(ctx context.Context) (_ [][]byte, err error) {
 }
 
 // WebhookCursors returns the cursors of endpoint id by sandbox id.
-func (s *Store) WebhookCursors(ctx context.Context, id string) (_ map[string]uint64, err error) {
-	if err := s.enter(); err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	if !knownWebhookID(id) {
-		return nil, webhookNotFound(id)
-	}
-	ctx, done := s.begin(ctx, false)
-	defer func() { err = done(err) }()
-	ctx, cancel := s.opCtx(ctx)
-	defer cancel()
-	if _, err := s.webhooks.Get(ctx, webhookEndpointKey(id)); errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, webhookNotFound(id)
-	} else if err != nil {
-		return nil, fmt.Errorf("webhook %s: %w", id, err)
-	}
-	prefix := "cur." + keyToken(id) + "."
-	cursors := make(map[string]uint64)
-	err = s.watchAll(ctx, prefix+"*", func(kve jetstream.KeyValueEntry) {
-		sandboxID, ok := fromKeyToken(strings.TrimPrefix(kve.Key(), prefix))
-		n, err := strconv.ParseUint(string(kve.Value()), 10, 64)
-		if ok && err == nil {
-			cursors[sandboxID] = n
+func (s *Store) WebhookCursors(ctx context.Context, id string) (map[string]uint64, error) {
+	var cursors map[string]uint64
+	err := s.readWebhook(ctx, id, func(ctx context.Context, _ jetstream.KeyValueEntry) error {
+		prefix := "cur." + keyToken(id) + "."
+		found := make(map[string]uint64)
+		err := s.watchAll(ctx, prefix+"*", func(kve jetstream.KeyValueEntry) {
+			sandboxID, ok := fromKeyToken(strings.TrimPrefix(kve.Key(), prefix))
+			n, err := strconv.ParseUint(string(kve.Value()), 10, 64)
+			if ok && err == nil {
+				found[sandboxID] = n
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("webhook %s: cursors: %w", id, err)
 		}
+		cursors = found
+		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("webhook %s: cursors: %w", id, err)
-	}
-	return cursors, nil
+	return cursors, err
 }
 
 // DeleteWebhook removes endpoint id and its cursors. The record goes

@@ -1,10 +1,25 @@
 // Package webhook delivers a sandbox's durable events to registered HTTP
-// endpoints, signed as the Standard Webhooks specification says. A
-// delivery is one more reader of the log: each endpoint keeps a durable
-// cursor per sandbox, advanced only after the receiver answered 2xx, so
-// deliveries are at least once and in order per endpoint and sandbox, and
-// a restart resumes from the cursors. Retries back off exponentially with
-// jitter; one endpoint's failures or slowness hold only its own workers.
+// endpoints, signed as the Standard Webhooks specification says, and
+// serves the endpoints' API (api.go: the Loop implements server.Webhooks).
+//
+// A delivery is one more reader of the log: each endpoint keeps a durable
+// cursor per sandbox, moved only past events the receiver answered 2xx,
+// so deliveries are at least once and in order per endpoint and sandbox,
+// and a restart resumes from the cursors. A worker saves its cursor per
+// page of the log, shortly after its last save, before a retry's wait and
+// when it stops, not after every delivery: a crash delivers again, with
+// the same webhook-ids, what was taken since the last save. Retries back
+// off exponentially with jitter; one endpoint's failures or slowness hold
+// only its own workers, and an event failing for DisableAfter disables
+// its endpoint.
+//
+// On a store that several coordinators share, each delivers the sandboxes
+// whose lease it holds and claims those nobody holds that have events to
+// deliver. What a node knows of its deliveries (the recent attempts, the
+// endpoint's state, its lag: stats.go) is kept in memory on that node.
+// Endpoints may not name loopback, link-local or private addresses unless
+// Config.AllowPrivate says so: the check is made at registration and at
+// every connection (client.go).
 package webhook
 
 import (

@@ -14,20 +14,7 @@ import (
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// Skipped is an entry an archive leaves out, and why.
-type Skipped struct {
-	Path   string `json:"path"`
-	Reason string `json:"reason"`
-}
-
-// Summary tells what an archive held or an unpack made.
-type Summary struct {
-	Entries int       `json:"entries"`
-	Bytes   int64     `json:"bytes"` // bytes of regular files
-	Skipped []Skipped `json:"skipped,omitempty"`
-}
-
-// maxSkipped bounds the skipped entries a Summary names; the count goes
+// maxSkipped bounds the skipped entries a summary names; the count goes
 // on in the log.
 const maxSkipped = 100
 
@@ -39,7 +26,7 @@ const maxSkipped = 100
 // Regular files, directories and symbolic links go in as themselves (a
 // link is never followed, wherever it points); hard links go in as
 // separate files. Sockets, devices and FIFOs have no bytes to take: they
-// are left out, named in the Summary and the log. Owners are not
+// are left out, named in the summary and the log. Owners are not
 // recorded (uid/gid 0, no names): the agent's ids mean nothing where the
 // archive is unpacked. A file an agent changes while it is read goes in
 // with the size it had when opened: cut, or padded with zeros, and
@@ -50,17 +37,17 @@ const maxSkipped = 100
 // shared cores) it streams 142 MB/s at a ratio of 4.2, where
 // compress/gzip at its default level made 11 MB/s (ratio 4.6), far under
 // the 100 MiB/s an archive must stream at.
-func (w *Workspace) Archive(out io.Writer, dir string) (Summary, error) {
+func (w *Workspace) Archive(out io.Writer, dir string) (sandbox.ArchiveSummary, error) {
 	rel, err := clean(dir)
 	if err != nil {
-		return Summary{}, err
+		return sandbox.ArchiveSummary{}, err
 	}
 	fi, err := w.root.Stat(rel)
 	if err != nil {
-		return Summary{}, fail("archive", dir, err)
+		return sandbox.ArchiveSummary{}, fail("archive", dir, err)
 	}
 	if !fi.IsDir() {
-		return Summary{}, sandbox.Errorf(sandbox.EInvalidRequest, "%q is not a directory", dir)
+		return sandbox.ArchiveSummary{}, sandbox.Errorf(sandbox.EInvalidRequest, "%q is not a directory", dir)
 	}
 	zw := gzip.NewWriter(out)
 	tw := tar.NewWriter(zw)
@@ -87,7 +74,7 @@ type archiver struct {
 	tw      *tar.Writer
 	base    string
 	buf     []byte
-	sum     Summary
+	sum     sandbox.ArchiveSummary
 	skipped int
 }
 
@@ -132,7 +119,7 @@ func (a *archiver) entry(p string, d fs.DirEntry, err error) error {
 	default:
 		a.skipped++
 		if len(a.sum.Skipped) < maxSkipped {
-			a.sum.Skipped = append(a.sum.Skipped, Skipped{Path: p, Reason: kindOf(m) + " (no content to archive)"})
+			a.sum.Skipped = append(a.sum.Skipped, sandbox.SkippedEntry{Path: p, Reason: kindOf(m) + " (no content to archive)"})
 		}
 		return nil
 	}

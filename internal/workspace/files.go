@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -14,54 +13,23 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
-// Entry types.
-const (
-	TypeFile    = "file"
-	TypeDir     = "dir"
-	TypeSymlink = "symlink"
-	// TypeOther is a socket, a device or a FIFO an agent made: listed,
-	// never read, archived or written.
-	TypeOther = "other"
-)
-
-// Entry is one file of the workspace, as a listing shows it. A symbolic
-// link is itself (lstat): its size is the length of its target.
-type Entry struct {
-	Path       string    `json:"path"`
-	Type       string    `json:"type"`
-	Size       int64     `json:"size"`
-	ModifiedAt time.Time `json:"modified_at"`
-	// ETag is set for files; see etagOf.
-	ETag string `json:"-"`
-}
-
-// MarshalJSON writes modified_at as every time of the API is written
-// (sandbox.TimeFormat: UTC, milliseconds).
-func (e Entry) MarshalJSON() ([]byte, error) {
-	type entry Entry
-	return json.Marshal(struct {
-		entry
-		ModifiedAt string `json:"modified_at"`
-	}{entry(e), sandbox.FormatTime(e.ModifiedAt)})
-}
-
-func entryOf(p string, fi fs.FileInfo) Entry {
-	e := Entry{Path: p, Size: fi.Size(), ModifiedAt: fi.ModTime().UTC()}
+// entryOf describes fi, found at p.
+func entryOf(p string, fi fs.FileInfo) sandbox.FileEntry {
+	e := sandbox.FileEntry{Path: p, Size: fi.Size(), ModifiedAt: fi.ModTime().UTC()}
 	switch m := fi.Mode(); {
 	case m.IsRegular():
-		e.Type = TypeFile
+		e.Type = sandbox.EntryFile
 		e.ETag = etagOf(fi)
 	case m.IsDir():
-		e.Type, e.Size = TypeDir, 0
+		e.Type, e.Size = sandbox.EntryDir, 0
 	case m&fs.ModeSymlink != 0:
-		e.Type = TypeSymlink
+		e.Type = sandbox.EntrySymlink
 	default:
-		e.Type, e.Size = TypeOther, 0
+		e.Type, e.Size = sandbox.EntryOther, 0
 	}
 	return e
 }
@@ -91,32 +59,29 @@ func etagOf(fi fs.FileInfo) string {
 }
 
 // Stat describes the entry at p without following a final symbolic link.
-func (w *Workspace) Stat(p string) (Entry, error) {
+func (w *Workspace) Stat(p string) (sandbox.FileEntry, error) {
 	rel, err := clean(p)
 	if err != nil {
-		return Entry{}, err
+		return sandbox.FileEntry{}, err
 	}
 	fi, err := w.root.Lstat(rel)
 	if err != nil {
-		return Entry{}, fail("stat", p, err)
+		return sandbox.FileEntry{}, fail("stat", p, err)
 	}
 	return entryOf(rel, fi), nil
 }
 
-// MaxList is the most entries one page of a listing holds.
-const MaxList = 1000
-
 // List returns a page of the entries of directory dir sorted by path:
-// at most limit (1..MaxList) of those whose path sorts after after (a
-// path of the previous page's last entry, or ""), and whether more
-// follow.
-func (w *Workspace) List(dir string, limit int, after string) ([]Entry, bool, error) {
+// at most limit (1..sandbox.MaxFileList) of those whose path sorts
+// after after (a path of the previous page's last entry, or ""), and
+// whether more follow.
+func (w *Workspace) List(dir string, limit int, after string) ([]sandbox.FileEntry, bool, error) {
 	rel, err := clean(dir)
 	if err != nil {
 		return nil, false, err
 	}
-	if limit < 1 || limit > MaxList {
-		return nil, false, sandbox.Errorf(sandbox.EInvalidRequest, "limit %d is out of range 1..%d", limit, MaxList)
+	if limit < 1 || limit > sandbox.MaxFileList {
+		return nil, false, sandbox.Errorf(sandbox.EInvalidRequest, "limit %d is out of range 1..%d", limit, sandbox.MaxFileList)
 	}
 	f, err := w.root.Open(rel)
 	if err != nil {
@@ -145,7 +110,7 @@ func (w *Workspace) List(dir string, limit int, after string) ([]Entry, bool, er
 	if more {
 		paths = paths[:limit]
 	}
-	out := make([]Entry, 0, len(paths))
+	out := make([]sandbox.FileEntry, 0, len(paths))
 	for _, p := range paths {
 		// Through the root: the names came from a directory that may
 		// have been swapped since, and File.ReadDir's Info would stat
@@ -162,24 +127,10 @@ func (w *Workspace) List(dir string, limit int, after string) ([]Entry, bool, er
 	return out, more, nil
 }
 
-// File is a file of the workspace open for reading, for http.ServeContent
-// with its ETag and ContentType.
-type File struct {
-	*os.File
-	Entry
-	// ContentType is the type of the file's extension, or
-	// application/octet-stream: never sniffed, so a file an agent wrote
-	// is not served as a page. The HTTP layer is to send it with
-	// X-Content-Type-Options: nosniff and a Content-Security-Policy of
-	// sandbox, so an HTML file of the workspace runs nothing on the
-	// console's origin.
-	ContentType string
-}
-
 // ReadFile opens the file at p (following symbolic links that stay in
-// the workspace). Its Entry describes the file opened, so the ETag
+// the workspace). Its FileEntry describes the file opened, so the ETag
 // belongs to the bytes served even if the path is replaced meanwhile.
-func (w *Workspace) ReadFile(p string) (*File, error) {
+func (w *Workspace) ReadFile(p string) (*sandbox.File, error) {
 	rel, err := clean(p)
 	if err != nil {
 		return nil, err
@@ -205,16 +156,7 @@ func (w *Workspace) ReadFile(p string) (*File, error) {
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	return &File{File: f, Entry: entryOf(rel, fi), ContentType: ct}, nil
-}
-
-// WriteOptions qualify a write.
-type WriteOptions struct {
-	// IfMatch, when set, is the ETag the file must still have (or "*":
-	// the file must exist); else ErrPrecondition.
-	IfMatch string
-	// Mode is the new file's permission bits; 0 is 0644.
-	Mode fs.FileMode
+	return &sandbox.File{ReadSeekCloser: f, FileEntry: entryOf(rel, fi), ContentType: ct}, nil
 }
 
 // WriteFile writes the file at p from r, atomically: the bytes go to a
@@ -229,13 +171,13 @@ type WriteOptions struct {
 // the rename: POSIX has no compare-and-rename, so a change that lands
 // between the second check and the rename goes unseen; that window is a
 // few system calls.
-func (w *Workspace) WriteFile(p string, r io.Reader, o WriteOptions) (Entry, bool, error) {
+func (w *Workspace) WriteFile(p string, r io.Reader, o sandbox.WriteFileOptions) (sandbox.FileEntry, bool, error) {
 	rel, err := clean(p)
 	if err != nil {
-		return Entry{}, false, err
+		return sandbox.FileEntry{}, false, err
 	}
 	if rel == "." {
-		return Entry{}, false, sandbox.Errorf(sandbox.EInvalidRequest, "the workspace itself is a directory; name a file in it")
+		return sandbox.FileEntry{}, false, sandbox.Errorf(sandbox.EInvalidRequest, "the workspace itself is a directory; name a file in it")
 	}
 	mode := o.Mode.Perm()
 	if mode == 0 {
@@ -243,15 +185,15 @@ func (w *Workspace) WriteFile(p string, r io.Reader, o WriteOptions) (Entry, boo
 	}
 	dir := path.Dir(rel)
 	if err := w.mkdirAll(w.root, dir, 0o755); err != nil {
-		return Entry{}, false, fail("write", p, err)
+		return sandbox.FileEntry{}, false, fail("write", p, err)
 	}
 	if _, err := w.checkMatch(p, rel, o.IfMatch); err != nil {
-		return Entry{}, false, err
+		return sandbox.FileEntry{}, false, err
 	}
 	tmp := path.Join(dir, tempName("write"))
 	f, err := w.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return Entry{}, false, fail("write", p, err)
+		return sandbox.FileEntry{}, false, fail("write", p, err)
 	}
 	done := false
 	defer func() {
@@ -263,37 +205,37 @@ func (w *Workspace) WriteFile(p string, r io.Reader, o WriteOptions) (Entry, boo
 	limit := w.opts.Limits.FileMax
 	n, err := io.Copy(w.roomWriter(f), io.LimitReader(r, limit+1))
 	if se := (*sandbox.Error)(nil); errors.As(err, &se) {
-		return Entry{}, false, err
+		return sandbox.FileEntry{}, false, err
 	}
 	if err != nil {
-		return Entry{}, false, fail("write", p, err)
+		return sandbox.FileEntry{}, false, fail("write", p, err)
 	}
 	if n > limit {
-		return Entry{}, false, tooLarge("the file", limit, FlagFileMax)
+		return sandbox.FileEntry{}, false, tooLarge("the file", limit, FlagFileMax)
 	}
 	if err := w.checkRoom(); err != nil {
-		return Entry{}, false, err
+		return sandbox.FileEntry{}, false, err
 	}
 	if err := f.Chmod(mode); err != nil {
-		return Entry{}, false, fail("write", p, err)
+		return sandbox.FileEntry{}, false, fail("write", p, err)
 	}
 	if o := w.opts.Owner; o != nil {
 		if err := f.Chown(o.UID, o.GID); err != nil {
-			return Entry{}, false, fail("write", p, err)
+			return sandbox.FileEntry{}, false, fail("write", p, err)
 		}
 	}
 	existed, err := w.checkMatch(p, rel, o.IfMatch)
 	if err != nil {
-		return Entry{}, false, err
+		return sandbox.FileEntry{}, false, err
 	}
 	if err := w.root.Rename(tmp, rel); err != nil {
-		return Entry{}, false, fail("write", p, err)
+		return sandbox.FileEntry{}, false, fail("write", p, err)
 	}
 	done = true
 	// Stat after the rename: it moves the change time, part of the ETag.
 	fi, err := f.Stat()
 	if err != nil {
-		return Entry{}, false, fail("write", p, err)
+		return sandbox.FileEntry{}, false, fail("write", p, err)
 	}
 	return entryOf(rel, fi), !existed, nil
 }

@@ -43,21 +43,21 @@ import (
 // dies during an unpack leaves its hidden staging directory behind; the
 // sandbox's removal takes it with the rest (a sweep at boot is for the
 // caller that knows no unpack runs).
-func (w *Workspace) Unpack(r io.Reader, dir string) (Summary, error) {
+func (w *Workspace) Unpack(r io.Reader, dir string) (sandbox.ArchiveSummary, error) {
 	rel, err := clean(dir)
 	if err != nil {
-		return Summary{}, err
+		return sandbox.ArchiveSummary{}, err
 	}
 	// The target is checked before the body is read, so a bad one is
 	// refused at once; it is made only once the archive has passed.
 	if fi, err := w.root.Stat(rel); err == nil && !fi.IsDir() {
-		return Summary{}, sandbox.Errorf(sandbox.EInvalidRequest, "%q is not a directory", dir)
+		return sandbox.ArchiveSummary{}, sandbox.Errorf(sandbox.EInvalidRequest, "%q is not a directory", dir)
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return Summary{}, fail("unpack into", dir, err)
+		return sandbox.ArchiveSummary{}, fail("unpack into", dir, err)
 	}
 	stage := tempName("unpack")
 	if err := w.root.Mkdir(stage, 0o700); err != nil {
-		return Summary{}, fail("unpack into", dir, err)
+		return sandbox.ArchiveSummary{}, fail("unpack into", dir, err)
 	}
 	defer func() {
 		if err := w.root.RemoveAll(stage); err != nil {
@@ -66,7 +66,7 @@ func (w *Workspace) Unpack(r io.Reader, dir string) (Summary, error) {
 	}()
 	sroot, err := w.root.OpenRoot(stage)
 	if err != nil {
-		return Summary{}, fail("unpack into", dir, err)
+		return sandbox.ArchiveSummary{}, fail("unpack into", dir, err)
 	}
 	defer sroot.Close()
 	u := unpacker{w: w, r: sroot, base: rel, room: w.roomWriter(nil)}
@@ -93,7 +93,7 @@ type unpacker struct {
 	w    *Workspace
 	r    *os.Root // the staging directory
 	base string   // the target, relative to the workspace
-	sum  Summary
+	sum  sandbox.ArchiveSummary
 	room *roomWriter
 }
 

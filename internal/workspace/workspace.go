@@ -1,7 +1,8 @@
 // Package workspace serves a sandbox's files: their listing, reading,
 // atomic writes, removal, and the whole tree streamed out as tar.gz or
 // unpacked from a tar or tar.gz. It knows a directory, nothing of
-// sandboxes, turns or HTTP.
+// sandboxes, turns or HTTP. A *Workspace is the sandbox.Files the HTTP
+// layer serves; the entries and summaries it answers with are sandbox's.
 //
 // Every path goes through one os.Root opened on the workspace directory:
 // the kernel walk it does refuses "..", absolute paths and any symbolic
@@ -93,6 +94,8 @@ type Workspace struct {
 	opts Options
 	log  *slog.Logger
 }
+
+var _ sandbox.Files = (*Workspace)(nil)
 
 // Open opens the workspace at dir, which must exist.
 func Open(dir string, opts Options) (*Workspace, error) {

@@ -87,7 +87,7 @@ func TestPaths(t *testing.T) {
 			if _, err := readAll(t, e.ws, p); sandbox.ErrorType(err) != sandbox.EInvalidRequest {
 				t.Errorf("read %q: %v, want invalid_request", p, err)
 			}
-			if _, _, err := e.ws.WriteFile(p+"/x", strings.NewReader("x"), workspace.WriteOptions{}); sandbox.ErrorType(err) != sandbox.EInvalidRequest {
+			if _, _, err := e.ws.WriteFile(p+"/x", strings.NewReader("x"), sandbox.WriteFileOptions{}); sandbox.ErrorType(err) != sandbox.EInvalidRequest {
 				t.Errorf("write %q: %v, want invalid_request", p, err)
 			}
 			if _, _, err := e.ws.List(p, 10, ""); sandbox.ErrorType(err) != sandbox.EInvalidRequest {
@@ -174,7 +174,7 @@ func TestSwappedLink(t *testing.T) {
 		default:
 			refused++
 		}
-		if _, _, err := e.ws.WriteFile("link/planted", strings.NewReader("x"), workspace.WriteOptions{}); err == nil {
+		if _, _, err := e.ws.WriteFile("link/planted", strings.NewReader("x"), sandbox.WriteFileOptions{}); err == nil {
 			os.Remove(filepath.Join(e.dir, "real", "planted"))
 		}
 		if ents, _, err := e.ws.List("link", 10, ""); err == nil {
@@ -211,7 +211,7 @@ func TestList(t *testing.T) {
 	if err := os.Symlink("/etc", filepath.Join(e.dir, "d", "l")); err != nil {
 		t.Fatal(err)
 	}
-	var got []workspace.Entry
+	var got []sandbox.FileEntry
 	after := ""
 	for {
 		page, more, err := e.ws.List("d", 2, after)
@@ -224,7 +224,7 @@ func TestList(t *testing.T) {
 		}
 		after = page[len(page)-1].Path
 	}
-	want := []workspace.Entry{
+	want := []sandbox.FileEntry{
 		{Path: "d/a.txt", Type: "file", Size: 1},
 		{Path: "d/b.txt", Type: "file", Size: 2},
 		{Path: "d/c", Type: "dir"},
@@ -261,7 +261,7 @@ func TestReadFile(t *testing.T) {
 	}
 	defer f.Close()
 	if !strings.HasPrefix(f.ContentType, "text/plain") || f.Size != 5 || !strings.HasPrefix(f.ETag, `"`) {
-		t.Fatalf("opened %+v", f.Entry)
+		t.Fatalf("opened %+v", f.FileEntry)
 	}
 	b, err := e.ws.ReadFile("blob")
 	if err != nil {
@@ -299,7 +299,7 @@ func TestWriteFile(t *testing.T) {
 		owner = &workspace.Owner{UID: 2000000000, GID: 2000000000}
 	}
 	e := mustOpen(t, workspace.Options{Owner: owner, Limits: workspace.Limits{FileMax: 10}})
-	en, created, err := e.ws.WriteFile("a/b/c.txt", strings.NewReader("one"), workspace.WriteOptions{})
+	en, created, err := e.ws.WriteFile("a/b/c.txt", strings.NewReader("one"), sandbox.WriteFileOptions{})
 	if err != nil || !created || en.Path != "a/b/c.txt" || en.Size != 3 || en.Type != "file" {
 		t.Fatalf("first write: %+v, created %v, %v", en, created, err)
 	}
@@ -320,21 +320,21 @@ func TestWriteFile(t *testing.T) {
 	if f.ETag != en.ETag {
 		t.Fatalf("the write answered ETag %s, a read %s", en.ETag, f.ETag)
 	}
-	en2, created, err := e.ws.WriteFile("a/b/c.txt", strings.NewReader("two"), workspace.WriteOptions{IfMatch: en.ETag})
+	en2, created, err := e.ws.WriteFile("a/b/c.txt", strings.NewReader("two"), sandbox.WriteFileOptions{IfMatch: en.ETag})
 	if err != nil || created || en2.ETag == en.ETag {
 		t.Fatalf("a replace with a fresh If-Match: %+v, created %v, %v", en2, created, err)
 	}
 	t.Run("ErrStale", func(t *testing.T) {
-		_, _, err := e.ws.WriteFile("a/b/c.txt", strings.NewReader("three"), workspace.WriteOptions{IfMatch: en.ETag})
+		_, _, err := e.ws.WriteFile("a/b/c.txt", strings.NewReader("three"), sandbox.WriteFileOptions{IfMatch: en.ETag})
 		wantType(t, err, sandbox.EPreconditionFailed)
-		_, _, err = e.ws.WriteFile("a/new.txt", strings.NewReader("x"), workspace.WriteOptions{IfMatch: "*"})
+		_, _, err = e.ws.WriteFile("a/new.txt", strings.NewReader("x"), sandbox.WriteFileOptions{IfMatch: "*"})
 		wantType(t, err, sandbox.EPreconditionFailed)
 		if got, _ := readAll(t, e.ws, "a/b/c.txt"); got != "two" {
 			t.Fatalf("a stale write changed the file: %q", got)
 		}
 	})
 	t.Run("ErrTooLarge", func(t *testing.T) {
-		_, _, err := e.ws.WriteFile("a/b/c.txt", strings.NewReader("0123456789X"), workspace.WriteOptions{})
+		_, _, err := e.ws.WriteFile("a/b/c.txt", strings.NewReader("0123456789X"), sandbox.WriteFileOptions{})
 		wantType(t, err, sandbox.EPayloadTooLarge)
 		if !strings.Contains(err.Error(), workspace.FlagFileMax) || !strings.Contains(err.Error(), "10 bytes") {
 			t.Errorf("the error does not name the limit: %v", err)
@@ -342,14 +342,14 @@ func TestWriteFile(t *testing.T) {
 		if got, _ := readAll(t, e.ws, "a/b/c.txt"); got != "two" {
 			t.Fatalf("a refused write changed the file: %q", got)
 		}
-		if _, _, err := e.ws.WriteFile("a/b/c.txt", strings.NewReader("0123456789"), workspace.WriteOptions{}); err != nil {
+		if _, _, err := e.ws.WriteFile("a/b/c.txt", strings.NewReader("0123456789"), sandbox.WriteFileOptions{}); err != nil {
 			t.Fatalf("a write of exactly the limit: %v", err)
 		}
 	})
 	t.Run("ErrDirectory", func(t *testing.T) {
-		_, _, err := e.ws.WriteFile("a/b", strings.NewReader("x"), workspace.WriteOptions{})
+		_, _, err := e.ws.WriteFile("a/b", strings.NewReader("x"), sandbox.WriteFileOptions{})
 		wantType(t, err, sandbox.EInvalidRequest)
-		_, _, err = e.ws.WriteFile("a/b/c.txt/d", strings.NewReader("x"), workspace.WriteOptions{})
+		_, _, err = e.ws.WriteFile("a/b/c.txt/d", strings.NewReader("x"), sandbox.WriteFileOptions{})
 		wantType(t, err, sandbox.EInvalidRequest)
 	})
 	// No temporary file stays behind, refused or not.

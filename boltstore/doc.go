@@ -261,7 +261,11 @@
 // dirties none of its pages. It follows the metas, not the WAL; what only
 // the WAL holds is in memory, which Unsettled consults. A file written
 // before the bucket existed gets it at its open, from every meta, once;
-// Check compares it with the metas.
+// Check compares it with the metas. A file that a version without the
+// bucket wrote after this one (a downgrade, then an upgrade again) keeps
+// a bucket that may miss a sandbox left open meanwhile: `sparkles db
+// check` says so, and deleting the bucket (it is rebuilt at the next
+// open) mends it.
 //
 // # The file under the store
 //

@@ -263,9 +263,9 @@
 // before the bucket existed gets it at its open, from every meta, once;
 // Check compares it with the metas. A file that a version without the
 // bucket wrote after this one (a downgrade, then an upgrade again) keeps
-// a bucket that may miss a sandbox left open meanwhile: `sparkles db
-// check` says so, and deleting the bucket (it is rebuilt at the next
-// open) mends it.
+// a bucket that may miss a sandbox left open meanwhile, whose turn a
+// start then does not settle: `sparkles db check` names it. Nothing
+// rebuilds a bucket that exists.
 //
 // # The file under the store
 //

@@ -22,10 +22,12 @@ import (
 // on it.
 
 // EnvChild names the environment variable that makes a process the server
-// side of the idle and stall scenarios (RunChild); its value is the
-// directory of the store. The memory figures of those scenarios are read
-// from the child's /proc status, so they hold the server alone and not the
-// thousands of client connections in the parent.
+// side of the scenarios that run it apart (RunChild: idle, stall, the
+// second half of fanout, agents, webhooks, the data dirs of coldstart and
+// crashstart, among others); its value is the directory of the store. The
+// memory figures of those scenarios are read from the child's /proc
+// status, so they hold the server alone and not the thousands of client
+// connections in the parent.
 const EnvChild = "SPARKLES_BENCH_CHILD"
 
 // The child's control protocol: one JSON request per line on its stdin, one

@@ -302,3 +302,32 @@ func benchCeiling(b *testing.B, mmapSize int) {
 	b.StopTimer()
 	m.report(b)
 }
+
+// BenchmarkListSandboxes lists 2,000 sandboxes in pages of 1,000, as the
+// webhook loop does once per listing of its endpoints (every 2 s while any
+// endpoint receives every sandbox's events).
+func BenchmarkListSandboxes(b *testing.B) {
+	s := MustOpenStoreAt(b, filepath.Join(b.TempDir(), "bench.db"), Options{})
+	for i := range 2000 {
+		mustCreate(b, s, fmt.Sprintf("c_%026d", i))
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		n, after := 0, ""
+		for {
+			list, more, err := s.Sandboxes(ctx, after, 1000)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += len(list)
+			if !more || len(list) == 0 {
+				break
+			}
+			after = list[len(list)-1].ID
+		}
+		if n != 2000 {
+			b.Fatalf("listed %d", n)
+		}
+	}
+}

@@ -218,11 +218,54 @@ func (l *Loop) sync(ctx context.Context) error {
 			delete(l.stats, id)
 		}
 	}
+	for id := range l.rotated {
+		if !seen[id] {
+			delete(l.rotated, id)
+		}
+	}
 	l.mu.Unlock()
+	// One listing of the sandboxes serves every endpoint that receives
+	// all of them, however many there are.
+	var all []string
+	listed := false
 	for _, r := range l.running {
-		r.scan(ctx)
+		if r.ep.SandboxID != "" {
+			r.consider(ctx, r.ep.SandboxID)
+			continue
+		}
+		if !listed {
+			if all, err = l.sandboxIDs(ctx); err != nil {
+				if ctx.Err() == nil {
+					l.log.Error("webhooks: list sandboxes", "err", err)
+				}
+				return nil
+			}
+			listed = true
+		}
+		for _, id := range all {
+			r.consider(ctx, id)
+		}
 	}
 	return nil
+}
+
+// sandboxIDs lists every sandbox of the log, in id order.
+func (l *Loop) sandboxIDs(ctx context.Context) ([]string, error) {
+	var ids []string
+	after := ""
+	for {
+		list, more, err := l.cfg.Log.Sandboxes(ctx, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		for _, sb := range list {
+			ids = append(ids, sb.ID)
+		}
+		if !more || len(list) == 0 {
+			return ids, nil
+		}
+		after = list[len(list)-1].ID
+	}
 }
 
 // signer is what signs endpoint id's next attempt: the secret of a

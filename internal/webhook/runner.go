@@ -58,32 +58,6 @@ func (r *runner) stop() {
 
 func (r *runner) done() bool { return r.ctx.Err() != nil }
 
-// scan starts a worker for each sandbox the endpoint receives events of
-// that has none yet.
-func (r *runner) scan(ctx context.Context) {
-	if r.ep.SandboxID != "" {
-		r.consider(ctx, r.ep.SandboxID)
-		return
-	}
-	after := ""
-	for {
-		list, more, err := r.l.cfg.Log.Sandboxes(ctx, after, 1000)
-		if err != nil {
-			if ctx.Err() == nil {
-				r.l.log.Error("webhooks: list sandboxes", "endpoint", r.ep.ID, "err", err)
-			}
-			return
-		}
-		for _, sb := range list {
-			r.consider(ctx, sb.ID)
-		}
-		if !more || len(list) == 0 {
-			return
-		}
-		after = list[len(list)-1].ID
-	}
-}
-
 // claimEvery is how often a sandbox that another node may deliver is
 // claimed again when it has events beyond the endpoint's cursor.
 const claimEvery = 10 * time.Second
@@ -101,16 +75,19 @@ func (r *runner) consider(ctx context.Context, id string) {
 	if l.cfg.Claim == nil {
 		return
 	}
-	head, err := l.cfg.Log.Head(id)
+	// A sandbox another node holds is looked at once every claimEvery,
+	// not at every listing: its head may be a read of the store.
 	r.mu.Lock()
-	cursor := r.cursors[id]
+	now := l.cfg.Now()
 	last, tried := r.claimed[id]
-	due := err == nil && head.LastEventID > cursor && (!tried || l.cfg.Now().Sub(last) >= claimEvery)
-	if due {
-		r.claimed[id] = l.cfg.Now()
+	if tried && now.Sub(last) < claimEvery {
+		r.mu.Unlock()
+		return
 	}
+	r.claimed[id] = now
+	cursor := r.cursors[id]
 	r.mu.Unlock()
-	if !due {
+	if head, err := l.cfg.Log.Head(id); err != nil || head.LastEventID <= cursor {
 		return
 	}
 	here, err := l.cfg.Claim(ctx, id)

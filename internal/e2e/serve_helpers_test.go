@@ -213,8 +213,18 @@ func (p *serveProc) call(ctx context.Context, method, path string, body, out any
 			return resp.StatusCode, fmt.Errorf("decode %s: %w", b, err)
 		}
 	}
+	if resp.StatusCode >= 400 {
+		// Not an error of the call: the caller judges the status, and a
+		// failure shows what the server said.
+		return resp.StatusCode, &answerError{body: b}
+	}
 	return resp.StatusCode, nil
 }
+
+// answerError carries the body of an answer of 400 or more.
+type answerError struct{ body []byte }
+
+func (e *answerError) Error() string { return "the server answered " + string(bytes.TrimSpace(e.body)) }
 
 // mustCall is call for requests that must succeed with status want.
 func (p *serveProc) mustCall(method, path string, body any, want int, out any) {
@@ -222,6 +232,9 @@ func (p *serveProc) mustCall(method, path string, body any, want int, out any) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	status, err := p.call(ctx, method, path, body, out)
+	if _, answered := errors.AsType[*answerError](err); answered && status == want {
+		err = nil
+	}
 	if err != nil || status != want {
 		p.t.Fatalf("%s %s: status %d, %v; want %d\n%s", method, path, status, err, want, p.logTail())
 	}

@@ -259,7 +259,23 @@ func TestServeNATSCluster(t *testing.T) {
 	p := startServe(t, cliEnv(t, "SPARKLES_NATS_REPLICAS=3"), t.TempDir(), token, "--store", c.URL(), "--node-id", "node-a")
 	p.waitServing()
 	var sb sandbox.Sandbox
-	p.mustCall("POST", "/v1/sandboxes", map[string]any{}, http.StatusCreated, &sb)
+	// Streams and buckets of three replicas made a moment ago may still be
+	// electing their leaders: a write is then 503 unavailable, which the
+	// contract says to try again, as a client does.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		status, err := p.call(ctx, "POST", "/v1/sandboxes", map[string]any{}, &sb)
+		cancel()
+		if status == http.StatusCreated {
+			break
+		}
+		if status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("POST /v1/sandboxes: status %d, %v; want 201\n%s", status, err, p.logTail())
+		}
+		t.Logf("POST /v1/sandboxes right after the start: 503 (%v); again", err)
+		<-time.After(200 * time.Millisecond) // a client's pause before it tries again
+	}
 
 	natstest.CheckReplicas(t, c.URL(), 3, natsstore.DefaultStreamName, "KV_"+natsstore.DefaultKVBucket,
 		"KV_"+natscluster.DefaultNodeBucket, "KV_"+natscluster.DefaultLeaseBucket)

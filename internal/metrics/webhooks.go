@@ -1,10 +1,11 @@
 package metrics
 
 import (
+	"io"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // WebhookBacklog is one endpoint's backlog on this node.
@@ -20,7 +21,7 @@ func (m *Metrics) WebhookAttempt(endpoint string, ok bool) {
 	if !ok {
 		result = "failed"
 	}
-	m.WebhookAttempts.WithLabelValues(endpoint, result).Inc()
+	m.counter("sparkles_webhook_deliveries_total", "endpoint", endpoint, "result", result).Inc()
 }
 
 // SetWebhookBacklog makes every scrape report what backlog answers.
@@ -30,34 +31,47 @@ func (m *Metrics) SetWebhookBacklog(backlog func() []WebhookBacklog) {
 	m.webhookBacklog.mu.Unlock()
 }
 
-var (
-	webhookLagDesc = prometheus.NewDesc("sparkles_webhook_lag_events",
-		"Events of the sandboxes this node delivers that lie beyond a webhook endpoint's cursors.", []string{"endpoint"}, nil)
-	webhookOldestDesc = prometheus.NewDesc("sparkles_webhook_oldest_undelivered_seconds",
-		"Age of the oldest event a webhook endpoint has not taken yet (0 when none waits).", []string{"endpoint"}, nil)
-)
-
-// webhookCollector reads the backlog at each scrape, so deleted endpoints
+// webhookBacklog reads the backlog at each scrape, so deleted endpoints
 // leave no series behind.
-type webhookCollector struct {
+type webhookBacklog struct {
 	mu sync.Mutex
 	fn func() []WebhookBacklog
 }
 
-func (c *webhookCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- webhookLagDesc
-	ch <- webhookOldestDesc
-}
-
-func (c *webhookCollector) Collect(ch chan<- prometheus.Metric) {
+// write writes the two backlog gauges of every endpoint, each family
+// after its # HELP and # TYPE lines.
+func (c *webhookBacklog) write(w io.Writer) {
 	c.mu.Lock()
 	fn := c.fn
 	c.mu.Unlock()
 	if fn == nil {
 		return
 	}
-	for _, b := range fn() {
-		ch <- prometheus.MustNewConstMetric(webhookLagDesc, prometheus.GaugeValue, float64(b.Lag), b.Endpoint)
-		ch <- prometheus.MustNewConstMetric(webhookOldestDesc, prometheus.GaugeValue, b.Oldest.Seconds(), b.Endpoint)
+	bs := fn()
+	if len(bs) == 0 {
+		return
+	}
+	slices.SortFunc(bs, func(a, b WebhookBacklog) int {
+		if a.Endpoint < b.Endpoint {
+			return -1
+		}
+		if a.Endpoint > b.Endpoint {
+			return 1
+		}
+		return 0
+	})
+	for _, f := range []struct {
+		family string
+		value  func(WebhookBacklog) string
+	}{
+		{"sparkles_webhook_lag_events", func(b WebhookBacklog) string { return strconv.FormatUint(b.Lag, 10) }},
+		{"sparkles_webhook_oldest_undelivered_seconds", func(b WebhookBacklog) string {
+			return strconv.FormatFloat(b.Oldest.Seconds(), 'g', -1, 64)
+		}},
+	} {
+		_, _ = io.WriteString(w, "# HELP "+f.family+"\n# TYPE "+f.family+" gauge\n")
+		for _, b := range bs {
+			_, _ = io.WriteString(w, labelled(f.family, "endpoint", b.Endpoint)+" "+f.value(b)+"\n")
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -17,22 +18,29 @@ const MinSecretLen = 4
 // tokenRE matches the common credential shapes. Each alternative has a twin
 // in shapes below, which the streaming hold-back uses to tell whether the end
 // of an open part could still grow into a match.
-var tokenRE = regexp.MustCompile(strings.Join([]string{
-	`\bsk-[A-Za-z0-9_-]{16,}`,                                      // OpenAI, Anthropic (sk-ant-…)
-	`\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}`,                       // Stripe
-	`\bgh[oprsu]_[A-Za-z0-9]{20,}`,                                 // GitHub
-	`\bgithub_pat_[A-Za-z0-9_]{20,}`,                               // GitHub fine-grained
-	`\bglpat-[A-Za-z0-9_-]{20,}`,                                   // GitLab
-	`\b(?:AKIA|ASIA)[0-9A-Z]{16}\b`,                                // AWS access key id
-	`\bAIza[0-9A-Za-z_-]{30,}`,                                     // Google API key
-	`\bxox[abeprs]-[A-Za-z0-9-]{10,}`,                              // Slack
-	`\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`, // JWT
-	`\bspk_[A-Za-z0-9_-]{16,}`,                                     // Sparkles server token
-	`\bst_c_[0-9a-z]{20,}\.[A-Za-z0-9_-]{16,}`,                     // Sparkles stream token
-	// A private key block; without its END line it runs to the end of the
-	// text, so a truncated key is still covered.
-	`-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END[A-Z0-9 ]*PRIVATE KEY-----|[\s\S]*)`,
-}, "|"))
+//
+// It is compiled at its first use, as every pattern of the binary's own
+// is: one compiled at package init costs every start of the binary (the
+// server, each CLI call, and the two processes of the confinement probe),
+// about 7 ms of CPU for them all (BENCHMARKS.md, peer).
+var tokenRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(strings.Join([]string{
+		`\bsk-[A-Za-z0-9_-]{16,}`,                                      // OpenAI, Anthropic (sk-ant-…)
+		`\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}`,                       // Stripe
+		`\bgh[oprsu]_[A-Za-z0-9]{20,}`,                                 // GitHub
+		`\bgithub_pat_[A-Za-z0-9_]{20,}`,                               // GitHub fine-grained
+		`\bglpat-[A-Za-z0-9_-]{20,}`,                                   // GitLab
+		`\b(?:AKIA|ASIA)[0-9A-Z]{16}\b`,                                // AWS access key id
+		`\bAIza[0-9A-Za-z_-]{30,}`,                                     // Google API key
+		`\bxox[abeprs]-[A-Za-z0-9-]{10,}`,                              // Slack
+		`\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`, // JWT
+		`\bspk_[A-Za-z0-9_-]{16,}`,                                     // Sparkles server token
+		`\bst_c_[0-9a-z]{20,}\.[A-Za-z0-9_-]{16,}`,                     // Sparkles stream token
+		// A private key block; without its END line it runs to the end of the
+		// text, so a truncated key is still covered.
+		`-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END[A-Z0-9 ]*PRIVATE KEY-----|[\s\S]*)`,
+	}, "|"))
+})
 
 // tokenMarkers are literals at least one of which occurs in any tokenRE
 // match; text without any of them skips the regular expression.
@@ -42,9 +50,13 @@ var tokenMarkers = []string{
 
 // bearerRE matches an Authorization-style bearer token; group 2 is the
 // token, the only part replaced, so the text still reads "Bearer [REDACTED]".
-var bearerRE = regexp.MustCompile(`(?i)\b(bearer[ \t]+)([A-Za-z0-9._~+/=-]{12,})`)
+var bearerRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)\b(bearer[ \t]+)([A-Za-z0-9._~+/=-]{12,})`)
+})
 
-var pemEndRE = regexp.MustCompile(`-----END[A-Z0-9 ]*-----`)
+var pemEndRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`-----END[A-Z0-9 ]*-----`)
+})
 
 // shape is a token shape as the hold-back sees it: literal markers that
 // start it, followed by any number of body characters.
@@ -193,12 +205,12 @@ func (r *redactor) secretRegions(s string) []region {
 		}
 	}
 	if hasAny(s, tokenMarkers) {
-		for _, m := range tokenRE.FindAllStringIndex(s, -1) {
+		for _, m := range tokenRE().FindAllStringIndex(s, -1) {
 			rs = append(rs, [2]int{m[0], m[1]})
 		}
 	}
 	if indexFold(s, "bearer") >= 0 {
-		for _, m := range bearerRE.FindAllStringSubmatchIndex(s, -1) {
+		for _, m := range bearerRE().FindAllStringSubmatchIndex(s, -1) {
 			if looksLikeToken(s[m[4]:m[5]]) {
 				rs = append(rs, [2]int{m[4], m[5]})
 			}
@@ -286,7 +298,7 @@ func (r *redactor) hold(s string) int {
 		cut = p
 	}
 	// A key block still open, or the start of its BEGIN line.
-	if p := strings.LastIndex(s, "-----BEGIN"); p >= 0 && p < cut && !pemEndRE.MatchString(s[p:]) {
+	if p := strings.LastIndex(s, "-----BEGIN"); p >= 0 && p < cut && !pemEndRE().MatchString(s[p:]) {
 		cut = p
 	}
 	const begin = "-----BEGIN"

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // demoEntry is one finished turn of a demo session, as the demo keeps it.
@@ -28,7 +29,9 @@ const demoDir = ".sparkles-demo"
 // codeResourceNotFound is ACP's error for an unknown resource.
 const codeResourceNotFound = -32002
 
-var demoSessionRe = regexp.MustCompile(`^demo-session-[0-9a-f]{16}$`)
+var demoSessionRe = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^demo-session-[0-9a-f]{16}$`)
+})
 
 // newDemoSession returns a session id that no other demo process makes:
 // sessions outlive the process that opened them.
@@ -61,7 +64,7 @@ func (d *demo) load(m *message) error {
 	if json.Unmarshal(m.Params, &p) != nil || !filepath.IsAbs(p.Cwd) {
 		return d.fail(m.ID, codeInvalidParams, "session/load needs an absolute cwd")
 	}
-	if !demoSessionRe.MatchString(p.SessionID) {
+	if !demoSessionRe().MatchString(p.SessionID) {
 		return d.fail(m.ID, codeResourceNotFound, "no such session")
 	}
 	b, err := os.ReadFile(d.sessionFile(p.Cwd, p.SessionID))

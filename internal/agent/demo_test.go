@@ -89,7 +89,7 @@ func TestRunDemo(t *testing.T) {
 		}
 		p.send(`{"jsonrpc":"2.0","id":"s","method":"session/new","params":{"cwd":"/sandbox","mcpServers":[]}}`)
 		sid, _ := p.recv()["result"].(map[string]any)["sessionId"].(string)
-		if !demoSessionRe.MatchString(sid) {
+		if !demoSessionRe().MatchString(sid) {
 			t.Fatalf("sessionId = %q, want demo-session-<16 hex digits>", sid)
 		}
 		p.send(`{"jsonrpc":"2.0","id":9,"method":"no/such","params":{}}`)

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -259,7 +260,9 @@ func mappedRSS(pid int, name string) (int64, error) {
 	return total, nil
 }
 
-var servingLine = regexp.MustCompile(`msg="sparkles is serving"`)
+var servingLine = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`msg="sparkles is serving"`)
+})
 
 // freePort returns a port of 127.0.0.1 that nothing listens on now.
 func freePort() (string, error) {
@@ -336,7 +339,7 @@ func (r *runner) timedStart(ctx context.Context, dir string) (*started, error) {
 				close(passed)
 				seen = true
 			}
-			if servingLine.Match(sc.Bytes()) {
+			if servingLine().Match(sc.Bytes()) {
 				select {
 				case served <- time.Now():
 				default:

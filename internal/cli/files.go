@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -70,12 +71,14 @@ func sandboxFlag() cli.Flag {
 }
 
 // remoteArg is a sandbox's path as cp and files take it: c_…:PATH.
-var remoteArg = regexp.MustCompile(`^(c_[0-9A-Za-z]+):(.*)$`)
+var remoteArg = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(c_[0-9A-Za-z]+):(.*)$`)
+})
 
 // parseRemote splits c_…:PATH; ok is false for a local path. A leading
 // slash of PATH is the workspace root, as a container's is in docker cp.
 func parseRemote(arg string) (id, p string, ok bool) {
-	m := remoteArg.FindStringSubmatch(arg)
+	m := remoteArg().FindStringSubmatch(arg)
 	if m == nil {
 		return "", "", false
 	}
@@ -83,7 +86,7 @@ func parseRemote(arg string) (id, p string, ok bool) {
 }
 
 func isSandboxID(s string) bool {
-	return strings.HasPrefix(s, sandbox.PrefixSandbox) && remoteArg.MatchString(s+":")
+	return strings.HasPrefix(s, sandbox.PrefixSandbox) && remoteArg().MatchString(s+":")
 }
 
 // chooseSandbox is the sandbox a command acts on: the one its arguments

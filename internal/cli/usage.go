@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/urfave/cli/v2"
 )
@@ -62,9 +63,9 @@ func onUsageError(c *cli.Context, err error, _ bool) error {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
 		msg = "unknown flag --" + strings.TrimLeft(name, "-")
-	} else if m := badFlagValue.FindStringSubmatch(msg); m != nil {
+	} else if m := badFlagValue().FindStringSubmatch(msg); m != nil {
 		msg = badValue(c, m[2], "--"+m[2]+" "+m[1], m[3])
-	} else if m := badEnvValue.FindStringSubmatch(msg); m != nil {
+	} else if m := badEnvValue().FindStringSubmatch(msg); m != nil {
 		msg = badValue(c, m[3], m[2]+"="+m[1]+" (--"+m[3]+")", "")
 	}
 	return usagef("%s; see `%s --help`", msg, help)
@@ -74,8 +75,12 @@ func onUsageError(c *cli.Context, err error, _ bool) error {
 // take, which say only "parse error": the value, the flag (or its
 // environment variable) and the reason.
 var (
-	badFlagValue = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-([\w-]+): (.*)$`)
-	badEnvValue  = regexp.MustCompile(`^could not parse ("(?:[^"\\]|\\.)*") (?:as .+ value )?from environment variable "([^"]+)" for flag ([\w-]+): `)
+	badFlagValue = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-([\w-]+): (.*)$`)
+	})
+	badEnvValue = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^could not parse ("(?:[^"\\]|\\.)*") (?:as .+ value )?from environment variable "([^"]+)" for flag ([\w-]+): `)
+	})
 )
 
 // badValue says of a flag's value (what, as the user wrote it) what is

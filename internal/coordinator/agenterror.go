@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
@@ -131,9 +132,11 @@ func isPathByte(c byte) bool {
 // word may start (after a space, a quote, a bracket, "=" or ":"). One
 // component is left alone, as "/login" in "run /login" is a command, and so
 // are URLs, whose "//" never starts a component.
-var absPathRE = regexp.MustCompile(`(^|[\s"'` + "`" + `(\[{<=:,;])(/[^\s/"'` + "`" + `()\[\]{}<>,;]+(?:/[^\s"'` + "`" + `()\[\]{}<>,;]*)+)`)
+var absPathRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(^|[\s"'` + "`" + `(\[{<=:,;])(/[^\s/"'` + "`" + `()\[\]{}<>,;]+(?:/[^\s"'` + "`" + `()\[\]{}<>,;]*)+)`)
+})
 
-func hidePaths(s string) string { return absPathRE.ReplaceAllString(s, "${1}[path]") }
+func hidePaths(s string) string { return absPathRE().ReplaceAllString(s, "${1}[path]") }
 
 // cut shortens s to at most n bytes on a rune boundary, marking the cut.
 func cut(s string, n int) string {

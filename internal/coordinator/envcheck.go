@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/translate"
@@ -12,7 +13,9 @@ import (
 
 // envName is what a variable name may be: a key such as "A=B" would smuggle
 // a second variable into the agent's environment.
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envName = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+})
 
 // hookPrefixes and hookVars are the variables through which a value makes a
 // loader, a shell or an interpreter run code of the caller's choosing before
@@ -34,7 +37,7 @@ var (
 // be, an agent's environment variables.
 func checkEnv(field string, m map[string]string) error {
 	for k, v := range m {
-		if !envName.MatchString(k) {
+		if !envName().MatchString(k) {
 			return sandbox.Errorf(sandbox.EInvalidRequest, "%s key %q is not a variable name: use letters, digits and _, not starting with a digit", field, k)
 		}
 		if strings.ContainsRune(v, 0) {

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/sandbox"
@@ -19,9 +20,13 @@ const maxMCPServers = 16
 var (
 	// mcpName is what a server's name may be: agents build tool names
 	// from it (Claude Code's mcp__NAME__TOOL), which allow no more.
-	mcpName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	mcpName = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	})
 	// headerName is an HTTP field name (RFC 9110 token).
-	headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+	headerName = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+	})
 )
 
 // checkMCPServers validates the MCP servers of a create request for agent
@@ -36,7 +41,7 @@ func (c *Coordinator) checkMCPServers(name string, servers []sandbox.MCPServerCo
 	seen := map[string]bool{}
 	for i, s := range servers {
 		field := fmt.Sprintf("mcp_servers[%d]", i)
-		if !mcpName.MatchString(s.Name) {
+		if !mcpName().MatchString(s.Name) {
 			return sandbox.Errorf(sandbox.EInvalidRequest, "%s.name %q: use 1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit", field, s.Name)
 		}
 		if seen[s.Name] {
@@ -102,7 +107,7 @@ func checkMCPRemote(field string, s sandbox.MCPServerConfig) error {
 		return err
 	}
 	for k, v := range s.Headers {
-		if !headerName.MatchString(k) {
+		if !headerName().MatchString(k) {
 			return sandbox.Errorf(sandbox.EInvalidRequest, "%s.headers key %q is not an HTTP header name", field, k)
 		}
 		if strings.ContainsAny(v, "\r\n\x00") {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Why a clone failed, told apart by git's words (LC_ALL=C) and curl's,
@@ -41,13 +42,19 @@ var (
 
 // repoNotFound matches git's "repository '<url>' not found", which names
 // no ref.
-var repoNotFound = regexp.MustCompile(`repository '[^']*' not found`)
+var repoNotFound = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`repository '[^']*' not found`)
+})
 
 // serverError matches an HTTP error status of the git server's.
-var serverError = regexp.MustCompile(`The requested URL returned error: (5\d\d)`)
+var serverError = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`The requested URL returned error: (5\d\d)`)
+})
 
 // shortHex is what looks like an abbreviated commit id.
-var shortHex = regexp.MustCompile(`^[0-9a-f]{4,39}$`)
+var shortHex = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[0-9a-f]{4,39}$`)
+})
 
 // classify turns git's output (redacted) of a failed step into a Failure
 // for people: which of the reasons it was, in the project's words.
@@ -73,19 +80,19 @@ func (r *run) classify(step, out string) *Failure {
 		return failf("the repository refused the credential; check secrets.GIT_TOKEN (%s)", shown)
 	case has(authRefused):
 		return failf("the repository %s asks for a credential: put a token in secrets.GIT_TOKEN", shown)
-	case has(repoMissing) || repoNotFound.MatchString(out):
+	case has(repoMissing) || repoNotFound().MatchString(out):
 		if r.j.Token != "" {
 			return failf("no repository at %s, or the credential in secrets.GIT_TOKEN cannot see it", shown)
 		}
 		return failf("no repository at %s (a private one needs a token in secrets.GIT_TOKEN)", shown)
 	case has(refMissing) || (step == "checkout" && src.Ref != "" && strings.Contains(out, "did not match")):
 		msg := fmt.Sprintf("ref %q was not found in %s", src.Ref, shown)
-		if shortHex.MatchString(src.Ref) {
+		if shortHex().MatchString(src.Ref) {
 			msg += " (give a commit by its full 40-character id)"
 		}
 		return failf("%s", msg)
 	}
-	if m := serverError.FindStringSubmatch(out); m != nil {
+	if m := serverError().FindStringSubmatch(out); m != nil {
 		return failf("the git server %s answered HTTP %s", host, m[1])
 	}
 	what := map[string]string{"checkout": "check out", "init": "prepare the workspace for", "remote": "prepare the workspace for"}[step]
@@ -117,7 +124,9 @@ func unreachableWhy(out string) string {
 
 // absPath is an absolute path in git's text, after a space, a quote or a
 // bracket (a URL's path follows its host, and is left alone).
-var absPath = regexp.MustCompile(`(^|[\s'"(=])/[^\s'"]*`)
+var absPath = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(^|[\s'"(=])/[^\s'"]*`)
+})
 
 // lastError is git's last "fatal:" or "error:" line, for a failure of no
 // known kind, with no path of the server's in it: the sandbox and the
@@ -148,5 +157,5 @@ func (r *run) lastError(out string) string {
 			line = strings.ReplaceAll(line, d, ".")
 		}
 	}
-	return absPath.ReplaceAllString(line, "$1…")
+	return absPath().ReplaceAllString(line, "$1…")
 }

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
@@ -31,7 +32,9 @@ type run struct {
 
 // commitRef is a full commit id (SHA-1 or SHA-256): servers only give a
 // commit by its whole id.
-var commitRef = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
+var commitRef = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
+})
 
 // waitDelay bounds how long a killed git's output may stay open.
 const waitDelay = 5 * time.Second
@@ -47,7 +50,7 @@ func newRun(j Job) (*run, error) {
 	if err != nil {
 		return nil, &Failure{Message: "git is not installed on this server (apt-get install git)"}
 	}
-	r := &run{j: j, gitBin: bin, byFetch: commitRef.MatchString(j.Source.Ref) || strings.HasPrefix(j.Source.Ref, "refs/")}
+	r := &run{j: j, gitBin: bin, byFetch: commitRef().MatchString(j.Source.Ref) || strings.HasPrefix(j.Source.Ref, "refs/")}
 	if j.Token != "" {
 		basic := base64.StdEncoding.EncodeToString([]byte("x-access-token:" + j.Token))
 		r.secrets = []string{j.Token, basic, base64.StdEncoding.EncodeToString([]byte(j.Token))}

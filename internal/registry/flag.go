@@ -21,7 +21,7 @@ func ParseFlag(s string) (name string, a Agent, err error) {
 	if !ok || name == "" || strings.TrimSpace(command) == "" {
 		return "", Agent{}, fmt.Errorf("--agent %q: want NAME=COMMAND, e.g. --agent mine='/usr/local/bin/my-agent --acp'", s)
 	}
-	if !nameRe.MatchString(name) {
+	if !nameRe().MatchString(name) {
 		return "", Agent{}, fmt.Errorf("--agent %q: the name %q: use 1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit", s, name)
 	}
 	words, err := SplitWords(command)

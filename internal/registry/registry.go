@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Agent is one registered agent.
@@ -107,10 +108,14 @@ func (r Registry) Names() []string { return slices.Sorted(maps.Keys(r)) }
 const fieldNames = "command, args, env, pass_env, network, read_paths, write_paths, host_ports, mcp, mcp_commands"
 
 var (
-	nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	nameRe = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	})
 	// envName is what a variable name may be: a key such as "A=B" would
 	// smuggle a second variable into the agent's environment.
-	envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	envName = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	})
 )
 
 // Load reads the agents file at path. Every error is one line that names
@@ -157,7 +162,7 @@ func Parse(data []byte) (Registry, error) {
 		if _, dup := r[name]; dup {
 			return nil, fmt.Errorf("agent %q is defined twice; keep one", name)
 		}
-		if !nameRe.MatchString(name) {
+		if !nameRe().MatchString(name) {
 			return nil, fmt.Errorf("agent name %q: use 1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit", name)
 		}
 		var a Agent
@@ -280,7 +285,7 @@ func (a Agent) check() error {
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(a.Env)) {
-		if !envName.MatchString(k) {
+		if !envName().MatchString(k) {
 			return fmt.Errorf("env key %q is not a variable name: use letters, digits and _, not starting with a digit", k)
 		}
 		if strings.ContainsRune(a.Env[k], 0) {
@@ -288,7 +293,7 @@ func (a Agent) check() error {
 		}
 	}
 	for i, k := range a.PassEnv {
-		if !envName.MatchString(k) {
+		if !envName().MatchString(k) {
 			return fmt.Errorf("pass_env[%d] %q is not a variable name: use letters, digits and _, not starting with a digit", i, k)
 		}
 	}

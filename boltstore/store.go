@@ -303,6 +303,21 @@ func open(path string, opts Options, limits walLimits, test *testHooks) (*Store,
 		if db, err = bbolt.Open(path, 0o600, bopts); err != nil {
 			return fmt.Errorf("cannot open event store %s: %w", path, err)
 		}
+		// A file a server closed cleanly needs no write: its buckets are
+		// there and its WAL is empty. A start then commits nothing (a
+		// commit writes the meta page and syncs the file twice).
+		var clean bool
+		if err := db.View(func(tx *bbolt.Tx) error {
+			wal := tx.Bucket(bucketWAL)
+			if wal == nil || tx.Bucket(bucketSandboxes) == nil || tx.Bucket(bucketUnsettled) == nil {
+				return nil
+			}
+			first, _ := wal.Cursor().First()
+			clean = first == nil
+			return nil
+		}); err != nil || clean {
+			return err
+		}
 		// The first read pass: the WAL and every sandbox it names.
 		err = update(db, func(tx *bbolt.Tx) error {
 			if _, err := tx.CreateBucketIfNotExists(bucketSandboxes); err != nil {

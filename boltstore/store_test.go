@@ -79,3 +79,36 @@ func TestClose(t *testing.T) {
 		}
 	})
 }
+
+// A file a server closed is opened without a commit: its WAL is empty and
+// its buckets are there, so a start writes no meta page and syncs nothing.
+func TestOpenOfClosedFileCommitsNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sparkles.db")
+	s := MustOpenStoreAt(t, path, Options{})
+	mustCreate(t, s, "c_1")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var closed int
+	if err := db.View(func(tx *bbolt.Tx) error { closed = tx.ID(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = MustOpenStoreAt(t, path, Options{})
+	var opened int
+	if err := s.view(func(tx *bbolt.Tx) error { opened = tx.ID(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if opened != closed {
+		t.Fatalf("the open committed: transaction %d, the file was closed at %d", opened, closed)
+	}
+	if _, err := s.Sandbox(context.Background(), "c_1"); err != nil {
+		t.Fatalf("the sandbox of the closed file: %v", err)
+	}
+}

@@ -74,7 +74,7 @@ func startCapped(t *testing.T, cfg Config) *capped {
 	}
 	cfg.Backend, cfg.Store, cfg.Token = &testBackend{Coordinator: coord, store: st}, st, testToken
 	srv := New(cfg)
-	l, err := srv.Listen("127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -545,12 +545,6 @@ func requestID(w http.ResponseWriter) string {
 	return ""
 }
 
-// Listen opens addr at once, so that a taken port is an error before
-// anything runs in the background.
-func (s *Server) Listen(addr string) (net.Listener, error) {
-	return net.Listen("tcp", addr)
-}
-
 // Serve answers connections on l until Shutdown; it returns nil after a
 // Shutdown and the listener's error otherwise.
 func (s *Server) Serve(l net.Listener) error {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -525,7 +526,7 @@ func TestShutdownEndsStreams(t *testing.T) {
 	h := newHarness(t, options{})
 	c := h.createSandbox()
 	srv := New(Config{Backend: h.be, Store: h.reads, Token: testToken, Observer: obs})
-	l, err := srv.Listen("127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,14 +151,14 @@ func TestShutdown(t *testing.T) {
 	h := newHarness(t, options{})
 	c := h.createSandbox()
 	srv := New(Config{Backend: h.be, Store: h.reads, Token: testToken})
-	l, err := srv.Listen("127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	t.Run("ErrPortTaken", func(t *testing.T) {
-		l2, err := srv.Listen(l.Addr().String())
+		l2, err := net.Listen("tcp", l.Addr().String())
 		if err == nil {
 			l2.Close()
 			t.Fatal("listen on a taken port succeeded")

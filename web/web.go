@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -49,13 +50,17 @@ type asset struct {
 }
 
 type handler struct {
+	once   sync.Once
 	assets map[string]*asset
 }
 
 // Handler serves the console at "/" and its assets beside it. Mount it for
-// every path outside the API (server.Config.Static).
-func Handler() http.Handler {
-	h := &handler{assets: map[string]*asset{}}
+// every path outside the API (server.Config.Static). The assets are read
+// and hashed at the first request, not at the server's start.
+func Handler() http.Handler { return &handler{} }
+
+func (h *handler) load() {
+	h.assets = map[string]*asset{}
 	entries, err := files.ReadDir(".")
 	if err != nil {
 		panic("web: embedded files: " + err.Error()) // the embed directive guarantees them
@@ -74,7 +79,6 @@ func Handler() http.Handler {
 		}
 	}
 	h.assets["/"] = h.assets["/index.html"]
-	return h
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -83,6 +87,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
+	h.once.Do(h.load)
 	a, ok := h.assets[r.URL.Path]
 	if !ok {
 		http.Error(w, "not found", http.StatusNotFound)

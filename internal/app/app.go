@@ -173,6 +173,22 @@ type Main struct {
 // Run opens everything and starts serving; it returns once the server
 // listens. Every failure is one sentence that says what to do.
 func (m *Main) Run(ctx context.Context) error {
+	// The address is taken first: a busy port is an error before the
+	// store is opened, and a client that connects while the store opens
+	// waits in the listen backlog for its answer instead of being refused.
+	l, err := net.Listen("tcp", m.Addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("address %s is already in use; stop the other server or pass --addr", m.Addr)
+		}
+		return fmt.Errorf("cannot listen on %s: %w", m.Addr, err)
+	}
+	served := false // once true, Close closes the listener with the server
+	defer func() {
+		if !served {
+			l.Close()
+		}
+	}()
 	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
 		return fmt.Errorf("cannot create data dir %s (%v); pass a writable --data-dir", m.DataDir, UnwrapPath(err))
 	}
@@ -192,19 +208,30 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 	}
 	m.token, m.tokenPath = token, tokenPath
-	// The launcher's checks of the options and the kernel are quick; its
-	// probe runs a confined process (tens of ms, more on a cold page
-	// cache). Neither needs the store, whose open reads its file, so they
-	// run beside it, and the server serves what its store holds before
-	// the probe ends: no agent starts until the probe passed (Start waits
-	// for it), /readyz says so meanwhile, and a probe that fails fails
-	// the start as it did before.
+	// The launcher's checks of the options and the kernel are quick and
+	// do not need the store, whose open reads its file, so they run beside
+	// it. Its probe runs two confined processes of this binary (tens of ms
+	// of CPU, more on a cold page cache), which would take the CPU from
+	// the server's own start: it begins once the server serves what its
+	// store holds. No agent starts until the probe passed (Start waits for
+	// it), /readyz says so meanwhile, and a probe that fails fails the
+	// start as it did before.
 	launched, probed := make(chan error, 1), make(chan error, 1)
+	serving := make(chan bool, 1) // true once the server serves, false when Run fails before
+	defer func() {
+		if !served {
+			serving <- false
+		}
+	}()
 	go func() {
 		err := m.openLauncher()
 		launched <- err
 		if err == nil && m.Launcher != nil {
-			err = m.Launcher.Probe()
+			if <-serving {
+				err = m.Launcher.Probe()
+			} else {
+				err = errors.New("the server did not start")
+			}
 		}
 		probed <- err
 	}()
@@ -319,16 +346,11 @@ func (m *Main) Run(ctx context.Context) error {
 		MaxUnauthenticatedConnections: m.MaxUnauthenticatedConnections,
 		TurnImageMax:                  m.TurnImageMax,
 	})
-	l, err := m.Server.Listen(m.Addr)
-	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("address %s is already in use; stop the other server or pass --addr", m.Addr)
-		}
-		return fmt.Errorf("cannot listen on %s: %w", m.Addr, err)
-	}
 	m.Listener = l
 	m.serveErr = make(chan error, 1)
 	go func() { m.serveErr <- m.Server.Serve(l) }()
+	served = true
+	serving <- true
 	if err := m.waitProbe(ctx); err != nil {
 		return err
 	}

@@ -1,15 +1,20 @@
 package app_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
@@ -140,5 +145,86 @@ func TestTightensDataDir(t *testing.T) {
 	}
 	if got, _ := m.ServedToken(); got != "spk_kept" {
 		t.Errorf("token %q, want the file's", got)
+	}
+}
+
+// TestBusyAddressTouchesNoStore: the address is taken before anything
+// else, so a port in use fails the start before the store is created or
+// locked.
+func TestBusyAddressTouchesNoStore(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dir := t.TempDir()
+	m := &app.Main{Addr: l.Addr().String(), DataDir: dir, Token: "app-token", Logger: slog.New(slog.DiscardHandler)}
+	err = m.Run(context.Background())
+	m.Close()
+	if err == nil || !strings.Contains(err.Error(), "already in use") {
+		t.Fatalf("Run on a busy address: %v, want it named in use", err)
+	}
+	if _, err := os.Stat(datadir.Dir(dir).Store()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the store file after a start that could not listen: %v, want none", err)
+	}
+}
+
+// TestRequestWaitsForServing: a client that connects while the store is
+// still opening (here: waiting for the file's lock, which the test holds)
+// is answered once the server serves, not refused.
+func TestRequestWaitsForServing(t *testing.T) {
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := free.Addr().String()
+	free.Close()
+	dir := t.TempDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile(datadir.Dir(dir).Store(), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	m := &app.Main{Addr: addr, DataDir: dir, Token: "app-token", Logger: slog.New(slog.DiscardHandler)}
+	ran := make(chan error, 1)
+	go func() { ran <- m.Run(context.Background()) }()
+	t.Cleanup(func() { m.Close() })
+	// The store waits up to a second for its lock: the connection must be
+	// taken meanwhile.
+	var conn net.Conn
+	for conn == nil {
+		select {
+		case err := <-ran:
+			t.Fatalf("Run ended while the store's lock was held: %v", err)
+		default:
+		}
+		if conn, err = net.Dial("tcp", addr); err != nil {
+			conn = nil
+			runtime.Gosched()
+		}
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("the connection made while the store opened: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz: %s", resp.Status)
+	}
+	if err := <-ran; err != nil {
+		t.Fatal(err)
 	}
 }

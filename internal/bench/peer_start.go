@@ -43,7 +43,7 @@ func peerStart(ctx context.Context, r *runner, mercureDB string) error {
 	}
 	var sTook, sReady, mTook []time.Duration
 	var sMem, mMem procMem
-	for range pick(r, 3, 1) {
+	for range pick(r, 9, 1) {
 		if cold {
 			if err := dropCaches(); err != nil {
 				return err

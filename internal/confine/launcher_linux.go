@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -156,8 +158,36 @@ func Prepare(opts Options) (*Launcher, error) {
 // inside what it does; it runs once, and every later call, Start's
 // included, returns its verdict. No agent starts before it passed.
 func (l *Launcher) Probe() error {
-	l.probeOnce.Do(func() { l.probeErr = l.probe() })
+	l.probeOnce.Do(func() { l.probeErr = l.probeYielding() })
 	return l.probeErr
+}
+
+// probeNice is the nice value the probe's processes run at.
+const probeNice = 10
+
+// probeYielding runs the probe so that its processes yield the CPU: the
+// probe runs while the server begins to serve, and its two starts of this
+// binary (tens of ms of CPU) would otherwise take the CPU from the
+// server's first answers.
+func (l *Launcher) probeYielding() error { return yielding(probeNice, l.probe) }
+
+// yielding runs fn on a thread of its own whose nice value is raised to
+// nice, which every process fn starts inherits. The thread is never
+// unlocked: it ends with the goroutine, after fn returned (a process
+// started with Pdeathsig is tied to the thread that started it, so fn
+// must wait for its processes), and no other goroutine ever runs at its
+// priority.
+func yielding(nice int, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// On Linux the nice value is a thread's: PRIO_PROCESS with a
+		// thread id sets that thread's alone. A failure leaves it as it
+		// was, which only costs the server's start some CPU.
+		_ = syscall.Setpriority(syscall.PRIO_PROCESS, syscall.Gettid(), nice)
+		done <- fn()
+	}()
+	return <-done
 }
 
 // requireLandlock refuses a kernel without Landlock: the namespaces alone

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -84,7 +85,7 @@ func startNodeWith(t *testing.T, natsURL, name string, opts natsstore.Options, c
 		t.Fatal(err)
 	}
 	n.srv = server.New(server.Config{Backend: n.co, Store: n.store, Token: nodeToken, Logger: log})
-	l, err := n.srv.Listen("127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,38 @@
+package confine
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// niceOf is the nice value of a process started now, read by itself from
+// /proc/self/stat (field 19).
+func niceOf(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("sh", "-c", "cut -d' ' -f19 /proc/self/stat").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// The probe's processes run at probeNice, and nothing else of the server
+// does: the thread that started them ends with them.
+func TestYieldingRaisesOnlyItsProcesses(t *testing.T) {
+	before := niceOf(t)
+	var inside string
+	if err := yielding(probeNice, func() error { inside = niceOf(t); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if inside != "10" {
+		t.Fatalf("a process the probe starts runs at nice %s, want 10", inside)
+	}
+	// Processes started afterwards, from whatever thread, keep the
+	// server's priority.
+	for range 20 {
+		if got := niceOf(t); got != before {
+			t.Fatalf("a process started after the probe runs at nice %s, want %s as before it", got, before)
+		}
+	}
+}

@@ -6,6 +6,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -293,7 +294,18 @@ func CheckReplicas(tb testing.TB, url string, want int, streams ...string) {
 	tb.Helper()
 	js := JetStream(tb, url)
 	for _, name := range streams {
-		st, err := js.Stream(context.Background(), name)
+		// A cluster of three that made its streams a moment ago may still
+		// be electing their leaders, and an info request then times out:
+		// it is asked again until it answers or 30 s went by.
+		deadline := time.Now().Add(30 * time.Second)
+		var st jetstream.Stream
+		var err error
+		for {
+			if st, err = js.Stream(context.Background(), name); err == nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) || time.Now().After(deadline) {
+				break
+			}
+			tb.Logf("stream %s: %v; asking again", name, err)
+		}
 		if err != nil {
 			tb.Fatalf("stream %s: %v", name, err)
 		}

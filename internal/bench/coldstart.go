@@ -34,6 +34,11 @@ import (
 // warm; and, on the first dir, once more cold after a server was killed
 // (kill -9) right after a write, so that the file was not closed.
 func runColdStart(ctx context.Context, r *runner) error {
+	restore, err := r.coldBinary()
+	if err != nil {
+		return err
+	}
+	defer restore()
 	sandboxes, events := pick(r, 2000, 20), pick(r, 1000, 50)
 	if err := coldStartDir(ctx, r, childRequest{Op: "create", N: sandboxes, Fill: events, Size: coldEventSize},
 		fmt.Sprintf("%d sandboxes x %d events of %d-byte text", sandboxes, events, coldEventSize), sandboxes, "", true); err != nil {
@@ -425,4 +430,48 @@ func healthz(ctx context.Context, addr string) error {
 		return errors.New("/healthz answered " + resp.Status)
 	}
 	return nil
+}
+
+// coldBinary makes the timed starts of `sparkles serve` read their binary
+// from the disk when the page cache is dropped, as Mercure's do: the
+// bench's own process maps the sparkles binary it runs from, and the
+// kernel keeps mapped pages when the cache is dropped, so a start of that
+// file found most of its code in memory. The starts run a copy that no
+// process maps instead, made in the bench's directory. The returned func
+// puts ServeCommand back and removes the copy; without ServeCommand, or
+// where the cache cannot be dropped, there is nothing to do.
+func (r *runner) coldBinary() (restore func(), err error) {
+	if len(r.cfg.ServeCommand) == 0 || !canDropCaches() {
+		return func() {}, nil
+	}
+	dir, cleanup, err := r.tempDir()
+	if err != nil {
+		return nil, err
+	}
+	src, err := os.Open(r.cfg.ServeCommand[0])
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	defer src.Close()
+	copyPath := filepath.Join(dir, "sparkles")
+	dst, err := os.OpenFile(copyPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	_, err = io.Copy(dst, src)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	saved := r.cfg.ServeCommand
+	r.cfg.ServeCommand = append([]string{copyPath}, saved[1:]...)
+	return func() {
+		r.cfg.ServeCommand = saved
+		cleanup()
+	}, nil
 }

@@ -21,6 +21,11 @@ import (
 // store); without it the open checks and bbolt scans every page, and the
 // whole file is resident after the start.
 func runCrashStart(ctx context.Context, r *runner) error {
+	restore, err := r.coldBinary()
+	if err != nil {
+		return err
+	}
+	defer restore()
 	sandboxes, events := pick(r, 2000, 20), pick(r, 1000, 50)
 	dir, cleanup, err := r.tempDir()
 	if err != nil {

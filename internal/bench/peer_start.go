@@ -41,6 +41,11 @@ func peerStart(ctx context.Context, r *runner, mercureDB string) error {
 	if !cold {
 		r.logf("not root: the page cache cannot be dropped, so the starts are warm")
 	}
+	restore, err := r.coldBinary()
+	if err != nil {
+		return err
+	}
+	defer restore()
 	var sTook, sReady, mTook []time.Duration
 	var sMem, mMem procMem
 	for range pick(r, 9, 1) {

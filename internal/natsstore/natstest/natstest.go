@@ -123,50 +123,60 @@ type Cluster struct {
 func RunCluster(tb testing.TB, n int) *Cluster {
 	tb.Helper()
 	lockClusters(tb)
+	c := &Cluster{tb: tb}
+	tb.Cleanup(func() { c.shutdown() })
 	// A clustered server needs its routes at start, so the cluster ports
 	// are chosen first: free ones, taken by the servers a moment later.
-	routes := make([]*url.URL, n)
-	for i := range routes {
-		routes[i] = &url.URL{Scheme: "nats-route", Host: freeAddr(tb)}
-	}
-	c := &Cluster{tb: tb}
-	tb.Cleanup(func() {
+	// Another test may take one meanwhile, and the server that wanted it
+	// never listens: the cluster is then made again on other ports.
+	for attempt := 1; ; attempt++ {
+		routes := make([]*url.URL, n)
+		for i := range routes {
+			routes[i] = &url.URL{Scheme: "nats-route", Host: freeAddr(tb)}
+		}
+		c.opts, c.servers = nil, nil
+		for i := range n {
+			_, port, _ := net.SplitHostPort(routes[i].Host)
+			cport, _ := strconv.Atoi(port)
+			opts := &server.Options{
+				ServerName: fmt.Sprintf("s%d", i+1),
+				Host:       "127.0.0.1",
+				Port:       server.RANDOM_PORT,
+				JetStream:  true,
+				StoreDir:   tb.TempDir(),
+				SyncAlways: true,
+				NoLog:      true,
+				NoSigs:     true,
+				Cluster: server.ClusterOpts{
+					Name: "sparkles-test",
+					Host: "127.0.0.1",
+					Port: cport,
+				},
+				Routes:             routes,
+				JetStreamMaxMemory: 64 << 20,
+				JetStreamMaxStore:  1 << 30,
+			}
+			c.opts = append(c.opts, opts)
+			c.servers = append(c.servers, nil)
+			c.start(i)
+		}
+		// A server listens within a second here; 20 s covers a machine
+		// that runs every other test beside it.
+		ready := true
 		for _, s := range c.servers {
-			if s != nil {
-				s.Shutdown()
-				s.WaitForShutdown()
+			if !s.ReadyForConnections(20 * time.Second) {
+				ready = false
+				break
 			}
 		}
-	})
-	for i := range n {
-		_, port, _ := net.SplitHostPort(routes[i].Host)
-		cport, _ := strconv.Atoi(port)
-		opts := &server.Options{
-			ServerName: fmt.Sprintf("s%d", i+1),
-			Host:       "127.0.0.1",
-			Port:       server.RANDOM_PORT,
-			JetStream:  true,
-			StoreDir:   tb.TempDir(),
-			SyncAlways: true,
-			NoLog:      true,
-			NoSigs:     true,
-			Cluster: server.ClusterOpts{
-				Name: "sparkles-test",
-				Host: "127.0.0.1",
-				Port: cport,
-			},
-			Routes:             routes,
-			JetStreamMaxMemory: 64 << 20,
-			JetStreamMaxStore:  1 << 30,
+		if ready {
+			break
 		}
-		c.opts = append(c.opts, opts)
-		c.servers = append(c.servers, nil)
-		c.start(i)
-	}
-	for _, s := range c.servers {
-		if !s.ReadyForConnections(10 * time.Second) {
-			tb.Fatal("nats server: not ready for connections within 10s")
+		c.shutdown()
+		if attempt == 3 {
+			tb.Fatal("nats server: not ready for connections within 20s, three times on fresh ports")
 		}
+		tb.Logf("nats cluster: a server did not listen within 20s (a port taken meanwhile?); again on other ports")
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for !c.formed() {
@@ -226,6 +236,17 @@ func (c *Cluster) start(i int) {
 	}
 	go s.Start()
 	c.servers[i] = s
+}
+
+// shutdown stops every server of the cluster and waits for each.
+func (c *Cluster) shutdown() {
+	for i, s := range c.servers {
+		if s != nil {
+			s.Shutdown()
+			s.WaitForShutdown()
+			c.servers[i] = nil
+		}
+	}
 }
 
 // Restart starts server i again after Stop, on its ports and its store

@@ -86,8 +86,9 @@ func findPasta() (path, why string) {
 // not choose one. Open needs pasta: where it cannot run, an operator who
 // asked for open gets an error naming it, and one who did not gets network
 // none with a warning, so that a fresh machine still runs agents.
-func (l *Launcher) chooseNetwork(explicit bool) error {
-	l.pasta, l.pastaWhy = findPasta()
+// pasta and why are what findPasta found.
+func (l *Launcher) chooseNetwork(explicit bool, pasta, why string) error {
+	l.pasta, l.pastaWhy = pasta, why
 	if l.opts.Network != NetworkOpen || l.pasta != "" {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"io"
 	"slices"
 	"strconv"
@@ -51,15 +52,7 @@ func (c *webhookBacklog) write(w io.Writer) {
 	if len(bs) == 0 {
 		return
 	}
-	slices.SortFunc(bs, func(a, b WebhookBacklog) int {
-		if a.Endpoint < b.Endpoint {
-			return -1
-		}
-		if a.Endpoint > b.Endpoint {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(bs, func(a, b WebhookBacklog) int { return cmp.Compare(a.Endpoint, b.Endpoint) })
 	for _, f := range []struct {
 		family string
 		value  func(WebhookBacklog) string

@@ -183,10 +183,15 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("cannot listen on %s: %w", m.Addr, err)
 	}
-	served := false // once true, Close closes the listener with the server
+	// serving tells the probe's goroutine below whether the server came to
+	// serve; until it does, a failed Run closes the listener itself (after
+	// that, Close closes it with the server).
+	serving := make(chan bool, 1)
+	served := false
 	defer func() {
 		if !served {
 			l.Close()
+			serving <- false
 		}
 	}()
 	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
@@ -217,12 +222,6 @@ func (m *Main) Run(ctx context.Context) error {
 	// it), /readyz says so meanwhile, and a probe that fails fails the
 	// start as it did before.
 	launched, probed := make(chan error, 1), make(chan error, 1)
-	serving := make(chan bool, 1) // true once the server serves, false when Run fails before
-	defer func() {
-		if !served {
-			serving <- false
-		}
-	}()
 	go func() {
 		err := m.openLauncher()
 		launched <- err

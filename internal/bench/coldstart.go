@@ -468,6 +468,14 @@ func (r *runner) coldBinary() (restore func(), err error) {
 		cleanup()
 		return nil, err
 	}
+	// A directory on a noexec mount holds the copy but cannot run it.
+	if out, err := exec.CommandContext(context.Background(), copyPath, "version").CombinedOutput(); err != nil {
+		cleanup()
+		if out = bytes.TrimSpace(out); len(out) > 0 {
+			err = fmt.Errorf("%w: %s", err, out)
+		}
+		return nil, fmt.Errorf("the cold starts run a copy of the sparkles binary in %s, which cannot run there (%v); pass a --dir on a filesystem that allows running programs", dir, err)
+	}
 	saved := r.cfg.ServeCommand
 	r.cfg.ServeCommand = append([]string{copyPath}, saved[1:]...)
 	return func() {

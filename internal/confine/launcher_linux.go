@@ -114,10 +114,11 @@ func Prepare(opts Options) (*Launcher, error) {
 	// pasta is looked for on the PATH beside the checks below: on a cold
 	// page cache each directory of the PATH is a read of the disk, and
 	// Prepare is on the way to the server's first answer.
-	pasta := make(chan [2]string, 1)
+	type found struct{ path, why string }
+	pasta := make(chan found, 1)
 	go func() {
 		path, why := findPasta()
-		pasta <- [2]string{path, why}
+		pasta <- found{path, why}
 	}()
 	l := &Launcher{opts: opts, abi: landlockABI(), agentID: agentIDHere()}
 	if err := requireLandlock(l.abi); err != nil {
@@ -154,8 +155,8 @@ func Prepare(opts Options) (*Launcher, error) {
 	if l.opts.HostPorts, err = checkPorts("HostPorts", opts.HostPorts); err != nil {
 		return nil, err
 	}
-	found := <-pasta
-	if err := l.chooseNetwork(explicit, found[0], found[1]); err != nil {
+	p := <-pasta
+	if err := l.chooseNetwork(explicit, p.path, p.why); err != nil {
 		return nil, err
 	}
 	l.nproc = kernelAtLeast(5, 14)

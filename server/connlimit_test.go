@@ -282,10 +282,14 @@ func TestConnCapsEvictOldestIdle(t *testing.T) {
 		t.Fatalf("%d connections, %d without a token; want %d and %d", total, unauth, unauthCap+1, unauthCap)
 	}
 	for i := range 3 {
-		dialRaw(t, s.addr).mustGet("/healthz", "", http.StatusOK)
+		rc := dialRaw(t, s.addr)
+		rc.mustGet("/healthz", "", http.StatusOK)
 		if !idle[i].closedByServer() {
 			t.Fatalf("connection %d, idle longest, stayed open", i)
 		}
+		// The server marks a connection idle after the client has read
+		// its answer: wait for it, so that it is not marked after idle[3].
+		s.waitIdleLast(t, rc)
 	}
 	idle[3].mustGet("/healthz", "", http.StatusOK) // now idle the shortest
 	s.waitIdleLast(t, idle[3])

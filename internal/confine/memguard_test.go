@@ -3,11 +3,13 @@
 package confine
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,11 +48,36 @@ func startAll(tb testing.TB, n int, argv ...string) []*exec.Cmd {
 	return cmds
 }
 
+// waitSleeping waits until each of cmds sleeps (state S in its stat):
+// past exec, the loader and libc are still mapping and touching pages, so
+// a process's memory moves until then.
+func waitSleeping(tb testing.TB, cmds []*exec.Cmd) {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, c := range cmds {
+		for {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(c.Process.Pid) + "/stat")
+			if err != nil {
+				tb.Fatal(err)
+			}
+			// The state follows the command name's closing parenthesis.
+			if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'S' {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("pid %d does not sleep: %s", c.Process.Pid, b)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
 // TestGuardUsage: the guard counts each process's memory and the bytes on
 // its tmpfs mounts; over the limit, by Pss; a process it cannot read the
 // smaps of counts by its resident set.
 func TestGuardUsage(t *testing.T) {
 	cmds := startAll(t, 3, "/bin/sleep", "60")
+	waitSleeping(t, cmds)
 	g := &guard{proc: procOf(t, cmds), page: int64(os.Getpagesize()), buf: make([]byte, 4096)}
 	tmp := t.TempDir()
 	g.tmpfs = []string{tmp}

@@ -68,7 +68,7 @@ func pastaArgs(pidFile string, pid int) []string {
 // findPasta is pasta's path on the server's PATH, or "" and why it
 // cannot be used.
 func findPasta() (path, why string) {
-	p, err := exec.LookPath("pasta")
+	p, err := lookPath("pasta")
 	if err != nil {
 		return "", "pasta is not installed (apt-get install passt)"
 	}
@@ -80,6 +80,41 @@ func findPasta() (path, why string) {
 	}
 	f.Close()
 	return p, ""
+}
+
+// lookPath is exec.LookPath for a name without a slash, looking in the
+// PATH's directories all at once instead of one after the other: on a cold
+// page cache each lookup is a read of the disk, and pasta is looked for on
+// the way to the server's first answer (a PATH of a dozen directories cost
+// it 2.5 ms). The answer is exec.LookPath's: the first directory in PATH
+// order that holds an executable name wins, and one reached through a
+// relative directory is an error (exec.ErrDot).
+func lookPath(name string) (string, error) {
+	dirs := filepath.SplitList(os.Getenv("PATH"))
+	found := make([]bool, len(dirs))
+	var wg sync.WaitGroup
+	for i, dir := range dirs {
+		if dir == "" {
+			dirs[i] = "."
+		}
+		wg.Go(func() {
+			// With a slash, exec.LookPath checks that file alone ("./name"
+			// for ".", which filepath.Join would make "name").
+			_, err := exec.LookPath(dirs[i] + string(filepath.Separator) + name)
+			found[i] = err == nil
+		})
+	}
+	wg.Wait()
+	for i, ok := range found {
+		if !ok {
+			continue
+		}
+		if p := filepath.Join(dirs[i], name); filepath.IsAbs(p) {
+			return p, nil
+		}
+		return "", &exec.Error{Name: name, Err: exec.ErrDot}
+	}
+	return "", &exec.Error{Name: name, Err: exec.ErrNotFound}
 }
 
 // chooseNetwork settles the network of agents whose registry entry does

@@ -5,8 +5,6 @@ import (
 	"runtime"
 	"unsafe"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
-	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -41,116 +39,256 @@ const (
 // userland under linux32), UNAME26, both, and the query 0xffffffff.
 // Anything else (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, other ABIs) weakens
 // the agent's own exploit mitigations or reaches rarely used kernel code.
-var personalities = []uint64{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}
+var personalities = []uint32{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}
 
-var (
-	eperm  = seccomp.ActionErrno | seccomp.Action(unix.EPERM)
-	enosys = seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)
+const (
+	eperm  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+	enosys = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+	allow  = unix.SECCOMP_RET_ALLOW
 )
 
+// A seccompGroup is denied with one action, for one reason.
+type seccompGroup struct {
+	action uint32
+	calls  []seccompCall
+}
+
+// A seccompCall is one denied syscall: always, or only when its first
+// argument has one of the bits of anyBit, or only when its first argument
+// is none of only (all 64 bits compared).
+type seccompCall struct {
+	name   string
+	anyBit uint32
+	only   []uint32
+}
+
 // seccompGroups is the filter's list for goarch (amd64 or arm64), one
-// group per reason. ioctl is filtered by seccompProgram, whose comparison
-// the library cannot express.
-func seccompGroups(goarch string) []seccomp.SyscallGroup {
-	amd64 := func(names ...string) []string {
+// group per reason. ioctl is filtered by seccompProgram's prologue.
+func seccompGroups(goarch string) []seccompGroup {
+	calls := func(names ...string) []seccompCall {
+		var cs []seccompCall
+		for _, n := range names {
+			cs = append(cs, seccompCall{name: n})
+		}
+		return cs
+	}
+	amd64 := func(names ...string) []seccompCall {
 		if goarch == "amd64" {
-			return names
+			return calls(names...)
 		}
 		return nil
 	}
-	withBits := func(name string, mask uint64) seccomp.NameWithConditions {
-		return seccomp.NameWithConditions{Name: name, Conditions: seccomp.ArgumentConditions{
-			{Argument: 0, Operation: seccomp.BitsSet, Value: mask}}}
-	}
-	var persona seccomp.ArgumentConditions
-	for _, p := range personalities {
-		persona = append(persona, seccomp.Condition{Argument: 0, Operation: seccomp.NotEqual, Value: p})
-	}
-	return []seccomp.SyscallGroup{
+	return []seccompGroup{
 		// Kernel keyrings are not namespaced: the server user's keyring
 		// (its keys, tokens, Kerberos tickets) is one link away.
-		{Action: eperm, Names: []string{"keyctl", "add_key", "request_key"}},
+		{eperm, calls("keyctl", "add_key", "request_key")},
 		// New namespaces (above all a user namespace: capabilities over
 		// it) and joining another process's.
-		{Action: eperm, Names: []string{"setns"}, NamesWithCondtions: []seccomp.NameWithConditions{
-			withBits("clone", nsFlags), withBits("unshare", unshareFlags)}},
+		{eperm, append(calls("setns"), seccompCall{name: "clone", anyBit: nsFlags}, seccompCall{name: "unshare", anyBit: unshareFlags})},
 		// clone3 passes its flags in memory, where the filter cannot read
 		// them: ENOSYS makes glibc (2.34+) and every other caller fall back
 		// to clone, which is filtered above.
-		{Action: enosys, Names: []string{"clone3"}},
+		{enosys, calls("clone3")},
 		// The filesystem view is the launcher's to build, never the
 		// agent's to change (the new mount API as the old one).
-		{Action: eperm, Names: []string{"mount", "umount2", "pivot_root", "mount_setattr",
-			"move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick"}},
+		{eperm, calls("mount", "umount2", "pivot_root", "mount_setattr",
+			"move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick")},
 		// BPF programs and performance counters: in-kernel code and a
 		// side channel, each with a long record of exploits.
-		{Action: eperm, Names: []string{"bpf", "perf_event_open"}},
+		{eperm, calls("bpf", "perf_event_open")},
 		// userfaultfd pauses the kernel mid-copy at a time of the caller's
 		// choosing, the usual way to win a kernel race.
-		{Action: eperm, Names: []string{"userfaultfd"}},
+		{eperm, calls("userfaultfd")},
 		// The kernel itself: modules, kexec, reboot, swap, accounting,
 		// quotas, the kernel log.
-		{Action: eperm, Names: []string{"init_module", "finit_module", "delete_module",
+		{eperm, calls("init_module", "finit_module", "delete_module",
 			"kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff", "acct",
-			"quotactl", "quotactl_fd", "syslog"}},
+			"quotactl", "quotactl_fd", "syslog")},
 		// Raw I/O ports and 16-bit segments (x86 only).
-		{Action: eperm, Names: amd64("iopl", "ioperm", "modify_ldt")},
+		{eperm, amd64("iopl", "ioperm", "modify_ldt")},
 		// File handles open any file of a filesystem by number, past the
 		// directories that hide it (the "shocker" container escape).
-		{Action: eperm, Names: []string{"open_by_handle_at", "name_to_handle_at"}},
+		{eperm, calls("open_by_handle_at", "name_to_handle_at")},
 		// Obsolete calls nothing needs.
-		{Action: eperm, Names: append([]string{"lookup_dcookie", "nfsservctl", "vhangup"},
+		{eperm, append(calls("lookup_dcookie", "nfsservctl", "vhangup"),
 			amd64("uselib", "create_module", "get_kernel_syms", "query_module", "_sysctl", "sysfs", "ustat")...)},
 		// Execution domains other than the default ones.
-		{Action: eperm, NamesWithCondtions: []seccomp.NameWithConditions{{Name: "personality", Conditions: persona}}},
+		{eperm, []seccompCall{{name: "personality", only: personalities}}},
 		// io_uring runs syscalls the filter never sees, from kernel
 		// threads; ENOSYS makes libuv (Node) and others fall back.
-		{Action: enosys, Names: []string{"io_uring_setup", "io_uring_enter", "io_uring_register"}},
+		{enosys, calls("io_uring_setup", "io_uring_enter", "io_uring_register")},
 	}
 }
 
-// seccompProgram is the BPF program: a prologue of its own, then the
-// library's program for seccompGroups.
+// syscallNumbers is each filtered call's number on amd64 and on arm64
+// (-1: not a call there), from the kernel's tables
+// (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/
+// unistd.h). The test checks each against go-seccomp-bpf's tables. The
+// filter was that library's until it showed in the server's cold start: it
+// builds the tables of every architecture it knows when a process starts
+// (0.55 ms and 165 KB of heap at each start of this binary, the launcher's
+// included, with a warm page cache; about 1 ms with a cold one), for the
+// 52 numbers written here.
+func syscallNumbers() map[string][2]int {
+	return map[string][2]int{
+		"keyctl":            {250, 219},
+		"add_key":           {248, 217},
+		"request_key":       {249, 218},
+		"setns":             {308, 268},
+		"clone":             {56, 220},
+		"unshare":           {272, 97},
+		"clone3":            {435, 435},
+		"mount":             {165, 40},
+		"umount2":           {166, 39},
+		"pivot_root":        {155, 41},
+		"mount_setattr":     {442, 442},
+		"move_mount":        {429, 429},
+		"open_tree":         {428, 428},
+		"fsopen":            {430, 430},
+		"fsconfig":          {431, 431},
+		"fsmount":           {432, 432},
+		"fspick":            {433, 433},
+		"bpf":               {321, 280},
+		"perf_event_open":   {298, 241},
+		"userfaultfd":       {323, 282},
+		"init_module":       {175, 105},
+		"finit_module":      {313, 273},
+		"delete_module":     {176, 106},
+		"kexec_load":        {246, 104},
+		"kexec_file_load":   {320, 294},
+		"reboot":            {169, 142},
+		"swapon":            {167, 224},
+		"swapoff":           {168, 225},
+		"acct":              {163, 89},
+		"quotactl":          {179, 60},
+		"quotactl_fd":       {443, 443},
+		"syslog":            {103, 116},
+		"iopl":              {172, -1},
+		"ioperm":            {173, -1},
+		"modify_ldt":        {154, -1},
+		"open_by_handle_at": {304, 265},
+		"name_to_handle_at": {303, 264},
+		"lookup_dcookie":    {212, 18},
+		"nfsservctl":        {180, 42},
+		"vhangup":           {153, 58},
+		"uselib":            {134, -1},
+		"create_module":     {174, -1},
+		"get_kernel_syms":   {177, -1},
+		"query_module":      {178, -1},
+		"_sysctl":           {156, -1},
+		"sysfs":             {139, -1},
+		"ustat":             {136, -1},
+		"personality":       {135, 92},
+		"io_uring_setup":    {425, 425},
+		"io_uring_enter":    {426, 426},
+		"io_uring_register": {427, 427},
+		"ioctl":             {16, 29},
+	}
+}
+
+// auditArch is the AUDIT_ARCH_* value of seccomp_data's arch for each
+// supported GOARCH.
+var auditArch = map[string]uint32{"amd64": unix.AUDIT_ARCH_X86_64, "arm64": unix.AUDIT_ARCH_AARCH64}
+
+// seccompProgram is the BPF program for this machine's architecture.
+func seccompProgram() ([]bpf.Instruction, error) { return seccompProgramFor(runtime.GOARCH) }
+
+// seccompProgramFor is the BPF program for goarch: a prologue, one
+// block per denied call, and allow.
 //
-// The prologue does what the library does not. A syscall of a foreign ABI
-// (i386 by int 0x80 on amd64, 32-bit ARM on arm64) carries another arch
-// in seccomp_data, and the library lets any foreign arch through with the
-// default action, allow: the prologue answers ENOSYS instead. (x32, the
-// same arch with bit 0x40000000 in the number, the library answers ENOSYS
-// itself.) And it denies the ioctls TIOCSTI (type into the terminal, and so
-// into the shell that reads it) and TIOCLINUX (the same on a virtual
-// console) by the low 32 bits of the command, which is all the kernel
-// reads: the library compares all 64 and would let TIOCSTI|1<<32 pass, as
-// Flatpak's filter once did (CVE-2019-10063).
-func seccompProgram() ([]bpf.Instruction, error) {
-	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
-		return nil, fmt.Errorf("no filter for linux/%s: agents are confined on linux/amd64 and linux/arm64", runtime.GOARCH)
+// The prologue answers ENOSYS to any syscall of a foreign ABI (i386 by int
+// 0x80 on amd64, 32-bit ARM on arm64), whose numbers mean other calls, and
+// on amd64 to x32's (the same arch with bit 0x40000000 in the number). And
+// it denies the ioctls TIOCSTI (type into the terminal, and so into the
+// shell that reads it) and TIOCLINUX (the same on a virtual console) by the
+// low 32 bits of the command, which is all the kernel reads: comparing all
+// 64 would let TIOCSTI|1<<32 pass, as Flatpak's filter once did
+// (CVE-2019-10063).
+func seccompProgramFor(goarch string) ([]bpf.Instruction, error) {
+	native, ok := auditArch[goarch]
+	if !ok {
+		return nil, fmt.Errorf("no filter for linux/%s: agents are confined on linux/amd64 and linux/arm64", goarch)
 	}
-	native, err := arch.GetInfo(runtime.GOARCH)
-	if err != nil {
-		return nil, err
+	col := 0
+	if goarch == "arm64" {
+		col = 1
 	}
-	policy := seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: seccompGroups(runtime.GOARCH)}
-	body, err := policy.Assemble()
+	numbers := syscallNumbers()
+	number := func(name string) (uint32, error) {
+		n, ok := numbers[name]
+		if !ok || n[col] < 0 {
+			return 0, fmt.Errorf("seccomp filter: linux/%s has no syscall %s", goarch, name)
+		}
+		return uint32(n[col]), nil
+	}
+	ioctl, err := number("ioctl")
 	if err != nil {
 		return nil, err
 	}
 	// struct seccomp_data: nr at 0, arch at 4, args from 16, each 8 bytes;
 	// amd64 and arm64 are little-endian, so an argument's low half is first.
-	const offNr, offArch, offArg1 = 0, 4, 16 + 8
-	prologue := []bpf.Instruction{
+	const offNr, offArch, offArg0, offArg1 = 0, 4, 16, 24
+	x32 := uint8(0)
+	if goarch == "amd64" {
+		x32 = 1
+	}
+	prog := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: offArch, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(native.ID), SkipFalse: 7}, // → ENOSYS
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: native, SkipFalse: 7 + x32}, // → ENOSYS
 		bpf.LoadAbsolute{Off: offNr, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(native.SyscallNames["ioctl"]), SkipFalse: 6}, // → body
+	}
+	if x32 == 1 {
+		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x40000000, SkipTrue: 6}) // → ENOSYS
+	}
+	prog = append(prog,
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: ioctl, SkipFalse: 6}, // → the calls
 		bpf.LoadAbsolute{Off: offArg1, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.TIOCSTI, SkipTrue: 2},   // → EPERM
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.TIOCLINUX, SkipTrue: 1}, // → EPERM
-		bpf.Jump{Skip: 2}, // → body
-		bpf.RetConstant{Val: uint32(eperm)},
-		bpf.RetConstant{Val: uint32(enosys)},
+		bpf.Jump{Skip: 2}, // → the calls
+		bpf.RetConstant{Val: eperm},
+		bpf.RetConstant{Val: enosys},
+	)
+	// Each call's block ends in its action; a call that is not the
+	// block's, or whose argument does not match, jumps past it. A holds
+	// the number until a block loads an argument (as the ioctl check
+	// above did: the calls begin by loading it).
+	haveNr := false
+	for _, g := range seccompGroups(goarch) {
+		for _, c := range g.calls {
+			nr, err := number(c.name)
+			if err != nil {
+				return nil, err
+			}
+			if !haveNr {
+				prog = append(prog, bpf.LoadAbsolute{Off: offNr, Size: 4})
+			}
+			switch {
+			case c.anyBit != 0:
+				prog = append(prog,
+					bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 3},
+					bpf.LoadAbsolute{Off: offArg0, Size: 4},
+					bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: c.anyBit, SkipFalse: 1})
+				haveNr = false
+			case c.only != nil:
+				k := uint8(len(c.only))
+				prog = append(prog,
+					bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 4 + k},
+					bpf.LoadAbsolute{Off: offArg0 + 4, Size: 4}, // high half: not 0, denied
+					bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 1 + k},
+					bpf.LoadAbsolute{Off: offArg0, Size: 4})
+				for i, v := range c.only {
+					prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: v, SkipTrue: k - uint8(i)}) // → past the block
+				}
+				haveNr = false
+			default:
+				prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1})
+				haveNr = true
+			}
+			prog = append(prog, bpf.RetConstant{Val: g.action})
+		}
 	}
-	return append(prologue, body...), nil
+	return append(prog, bpf.RetConstant{Val: allow}), nil
 }
 
 // installSeccomp loads the filter on every thread of the launcher, and so

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -329,73 +328,110 @@ func seccompData(a arch.AuditArch, nr uint32, args ...uint64) []byte {
 	return b
 }
 
-// TestSeccompProgram runs the filter's program in a BPF interpreter, for
-// what this machine cannot call: the foreign ABI (i386 on amd64, 32-bit
-// ARM on arm64) and x32, which must not reach the library's default
-// action, and argument bits above the 32 the kernel reads.
+// TestSeccompProgram runs the filter's program for amd64 and for arm64 in
+// a BPF interpreter, with go-seccomp-bpf's tables of syscall numbers: what
+// it denies, and what this machine cannot call: the foreign ABI (i386 on
+// amd64, 32-bit ARM on arm64) and x32, and argument bits above the 32 the
+// kernel reads.
 func TestSeccompProgram(t *testing.T) {
-	prog, err := confine.SeccompProgram()
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := bpf.NewVM(prog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	native, _ := arch.GetInfo(runtime.GOARCH)
-	foreign := map[string]*arch.Info{"amd64": arch.I386, "arm64": arch.ARM}[runtime.GOARCH]
-	nr := func(a *arch.Info, name string) uint32 { return uint32(a.SyscallNames[name]) }
 	allow, eperm, enosys := int(seccomp.ActionAllow), int(seccomp.ActionErrno)|int(unix.EPERM), int(seccomp.ActionErrno)|int(unix.ENOSYS)
-	type vmCase struct {
-		name string
-		data []byte
-		want int
-	}
-	cases := []vmCase{
-		{"getpid", seccompData(native.ID, nr(native, "getpid")), allow},
-		{"keyctl", seccompData(native.ID, nr(native, "keyctl")), eperm},
-		{"foreign getpid", seccompData(foreign.ID, nr(foreign, "getpid")), enosys},
-		{"foreign keyctl", seccompData(foreign.ID, nr(foreign, "keyctl")), enosys},
-		{"unknown arch", seccompData(0x1234, nr(native, "getpid")), enosys},
-		{"clone", seccompData(native.ID, nr(native, "clone"), uint64(unix.SIGCHLD)), allow},
-		{"clone CLONE_NEWUSER", seccompData(native.ID, nr(native, "clone"), unix.CLONE_NEWUSER|uint64(unix.SIGCHLD)), eperm},
-		{"unshare CLONE_NEWTIME", seccompData(native.ID, nr(native, "unshare"), unix.CLONE_NEWTIME), eperm},
-		{"unshare CLONE_FS", seccompData(native.ID, nr(native, "unshare"), unix.CLONE_FS), allow},
-		{"ioctl TCGETS", seccompData(native.ID, nr(native, "ioctl"), 0, unix.TCGETS), allow},
-		{"ioctl TIOCSTI", seccompData(native.ID, nr(native, "ioctl"), 0, unix.TIOCSTI), eperm},
-		{"ioctl TIOCSTI|1<<32", seccompData(native.ID, nr(native, "ioctl"), 0, unix.TIOCSTI|1<<32), eperm},
-		{"ioctl TIOCLINUX|1<<63", seccompData(native.ID, nr(native, "ioctl"), 0, unix.TIOCLINUX|1<<63), eperm},
-		{"personality 0xffffffff", seccompData(native.ID, nr(native, "personality"), 0xffffffff), allow},
-		{"personality 1<<32", seccompData(native.ID, nr(native, "personality"), 1<<32), eperm},
-		{"ptrace", seccompData(native.ID, nr(native, "ptrace")), allow},
-	}
-	if runtime.GOARCH == "amd64" {
-		cases = append(cases,
-			vmCase{"x32 keyctl", seccompData(native.ID, nr(arch.X32, "keyctl")|0x40000000), enosys},
-			vmCase{"x32 getpid", seccompData(native.ID, nr(arch.X32, "getpid")|0x40000000), enosys})
-	}
-	for _, c := range cases {
-		got, err := vm.Run(c.data)
-		if err != nil || got != c.want {
-			t.Errorf("%s: %#x %v, want %#x", c.name, got, err, c.want)
+	for _, goarch := range []string{"amd64", "arm64"} {
+		prog, err := confine.SeccompProgramFor(goarch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vm, err := bpf.NewVM(prog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		native := map[string]*arch.Info{"amd64": arch.X86_64, "arm64": arch.AARCH64}[goarch]
+		foreign := map[string]*arch.Info{"amd64": arch.I386, "arm64": arch.ARM}[goarch]
+		nr := func(a *arch.Info, name string) uint32 {
+			n, ok := a.SyscallNames[name]
+			if !ok {
+				t.Fatalf("%s has no %s", a.Name, name)
+			}
+			return uint32(n)
+		}
+		type vmCase struct {
+			name string
+			data []byte
+			want int
+		}
+		cases := []vmCase{
+			{"getpid", seccompData(native.ID, nr(native, "getpid")), allow},
+			{"foreign getpid", seccompData(foreign.ID, nr(foreign, "getpid")), enosys},
+			{"foreign keyctl", seccompData(foreign.ID, nr(foreign, "keyctl")), enosys},
+			{"unknown arch", seccompData(0x1234, nr(native, "getpid")), enosys},
+			{"clone", seccompData(native.ID, nr(native, "clone"), uint64(unix.SIGCHLD)), allow},
+			{"clone CLONE_NEWUSER", seccompData(native.ID, nr(native, "clone"), unix.CLONE_NEWUSER|uint64(unix.SIGCHLD)), eperm},
+			{"clone CLONE_NEWNET|1<<32", seccompData(native.ID, nr(native, "clone"), unix.CLONE_NEWNET|1<<32), eperm},
+			{"unshare CLONE_NEWTIME", seccompData(native.ID, nr(native, "unshare"), unix.CLONE_NEWTIME), eperm},
+			{"unshare CLONE_FS", seccompData(native.ID, nr(native, "unshare"), unix.CLONE_FS), allow},
+			{"ioctl TCGETS", seccompData(native.ID, nr(native, "ioctl"), 0, unix.TCGETS), allow},
+			// The ioctl check leaves the command in the accumulator: a
+			// command equal to a denied call's number is still an ioctl.
+			{"ioctl with keyctl's number", seccompData(native.ID, nr(native, "ioctl"), 0, uint64(nr(native, "keyctl"))), allow},
+			{"ioctl TIOCSTI", seccompData(native.ID, nr(native, "ioctl"), 0, unix.TIOCSTI), eperm},
+			{"ioctl TIOCSTI|1<<32", seccompData(native.ID, nr(native, "ioctl"), 0, unix.TIOCSTI|1<<32), eperm},
+			{"ioctl TIOCLINUX|1<<63", seccompData(native.ID, nr(native, "ioctl"), 0, unix.TIOCLINUX|1<<63), eperm},
+			{"personality 0", seccompData(native.ID, nr(native, "personality"), 0), allow},
+			{"personality 0xffffffff", seccompData(native.ID, nr(native, "personality"), 0xffffffff), allow},
+			{"personality PER_LINUX32", seccompData(native.ID, nr(native, "personality"), 0x8), allow},
+			{"personality ADDR_NO_RANDOMIZE", seccompData(native.ID, nr(native, "personality"), 0x0040000), eperm},
+			{"personality 1<<32", seccompData(native.ID, nr(native, "personality"), 1<<32), eperm},
+			{"personality 0xffffffff<<32|0x8", seccompData(native.ID, nr(native, "personality"), 0xffffffff<<32|0x8), eperm},
+			{"ptrace", seccompData(native.ID, nr(native, "ptrace")), allow},
+			{"read", seccompData(native.ID, nr(native, "read")), allow},
+		}
+		want := map[string]int{"clone3": enosys, "io_uring_setup": enosys, "io_uring_enter": enosys, "io_uring_register": enosys}
+		for _, name := range confine.SeccompCalls(goarch) {
+			if name == "clone" || name == "unshare" || name == "personality" {
+				continue // by their argument, above
+			}
+			w, ok := want[name]
+			if !ok {
+				w = eperm
+			}
+			cases = append(cases, vmCase{name, seccompData(native.ID, nr(native, name)), w})
+		}
+		if goarch == "amd64" {
+			cases = append(cases,
+				vmCase{"x32 keyctl", seccompData(native.ID, nr(arch.X32, "keyctl")|0x40000000), enosys},
+				vmCase{"x32 getpid", seccompData(native.ID, nr(arch.X32, "getpid")|0x40000000), enosys})
+		}
+		for _, c := range cases {
+			got, err := vm.Run(c.data)
+			if err != nil || got != c.want {
+				t.Errorf("%s %s: %#x %v, want %#x", goarch, c.name, got, err, c.want)
+			}
 		}
 	}
 }
 
-// TestSeccompGroups: every name in the filter's list is a syscall of the
-// arch it is built for; the library refuses an unknown one at start.
-func TestSeccompGroups(t *testing.T) {
-	for goarch, info := range map[string]*arch.Info{"amd64": arch.X86_64, "arm64": arch.AARCH64} {
-		for _, g := range confine.SeccompGroups(goarch) {
-			names := append([]string(nil), g.Names...)
-			for _, nc := range g.NamesWithCondtions {
-				names = append(names, nc.Name)
+// TestSyscallNumbers: the filter's numbers are go-seccomp-bpf's, on both
+// architectures, and every call of the filter has one.
+func TestSyscallNumbers(t *testing.T) {
+	tables := [2]*arch.Info{arch.X86_64, arch.AARCH64}
+	for name, nums := range confine.SyscallNumbers() {
+		for i, info := range tables {
+			n, ok := info.SyscallNames[name]
+			if !ok {
+				n = -1
 			}
-			for _, n := range names {
-				if _, ok := info.SyscallNames[n]; !ok {
-					t.Errorf("%s has no syscall %s", goarch, n)
-				}
+			if nums[i] != n {
+				t.Errorf("%s on %s: %d, want %d", name, info.Name, nums[i], n)
 			}
 		}
+	}
+	for i, goarch := range []string{"amd64", "arm64"} {
+		for _, name := range confine.SeccompCalls(goarch) {
+			if n, ok := confine.SyscallNumbers()[name]; !ok || n[i] < 0 {
+				t.Errorf("%s: no number for %s", goarch, name)
+			}
+		}
+	}
+	if _, err := confine.SeccompProgramFor("riscv64"); err == nil {
+		t.Error("a filter for riscv64, whose numbers the table lacks")
 	}
 }

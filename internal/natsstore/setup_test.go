@@ -16,6 +16,7 @@ import (
 	"github.com/sparkles-dev/sparkles/internal/natscluster"
 	"github.com/sparkles-dev/sparkles/internal/natsstore"
 	"github.com/sparkles-dev/sparkles/internal/natsstore/natstest"
+	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
 // oldServer is a stand-in for a nats-server of the given version on
@@ -149,8 +150,23 @@ func TestExistingSettings(t *testing.T) {
 		if got := cl.TTL(); got != 7*time.Second {
 			t.Fatalf("lease TTL %s, want the node bucket's 7s", got)
 		}
-		// And it works: an append on the operator's stream.
-		mustCreate(t, s, "c_1")
+		// And it works: an append on the operator's stream. A cluster of
+		// three whose streams and buckets were just made and updated may
+		// answer a first write "unavailable" (no leader yet, the error a
+		// client is told to try again after): it is tried again until it
+		// is taken or 30 s went by.
+		sb := sandbox.Sandbox{ID: "c_1", Object: "sandbox", Status: sandbox.StatusReady, Agent: "demo", CreatedAt: t0, UpdatedAt: t0}
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			err := s.Create(ctx, sb, []byte(`{}`))
+			if err == nil {
+				break
+			}
+			if sandbox.ErrorType(err) != sandbox.EUnavailable || time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			t.Logf("create: %v; trying again", err)
+			time.Sleep(50 * time.Millisecond)
+		}
 		mustAppend(t, s, "c_1", textEvent("a"), textEvent("b"))
 	})
 

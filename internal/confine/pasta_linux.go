@@ -65,32 +65,70 @@ func pastaArgs(pidFile string, pid int) []string {
 	return append(args, strconv.Itoa(pid))
 }
 
-// findPasta is pasta's path on the server's PATH, or "" and why it
-// cannot be used.
-func findPasta() (path, why string) {
-	p, err := lookPath("pasta")
+// pastaFound is what findPasta found.
+type pastaFound struct{ path, why string }
+
+// pastaAhead is the lookup LookAhead began, for the PATH it began with;
+// the first Prepare takes it.
+var pastaAhead atomic.Pointer[struct {
+	env   string
+	found chan pastaFound
+}]
+
+// LookAhead begins the part of Prepare's checks that reads the disk, the
+// look for pasta on the PATH, so that a Prepare called a little later
+// finds it done: serve calls it as its command begins, before its options
+// are read, its data dir checked and its store opened, and so the look
+// (2.5 ms with a cold page cache and a PATH of a dozen directories) is
+// off the way to the server's first answer. A Prepare that finds the PATH
+// changed since looks again.
+func LookAhead() {
+	env := os.Getenv("PATH")
+	found := make(chan pastaFound, 1)
+	go func() { found <- findPasta(env) }()
+	pastaAhead.Store(&struct {
+		env   string
+		found chan pastaFound
+	}{env, found})
+}
+
+// pastaLookup is the result of the look LookAhead began, or of one begun
+// now.
+func pastaLookup() <-chan pastaFound {
+	env := os.Getenv("PATH")
+	if a := pastaAhead.Swap(nil); a != nil && a.env == env {
+		return a.found
+	}
+	found := make(chan pastaFound, 1)
+	go func() { found <- findPasta(env) }()
+	return found
+}
+
+// findPasta is pasta's path on the PATH env, or why it cannot be used.
+func findPasta(env string) pastaFound {
+	p, err := lookPath("pasta", env)
 	if err != nil {
-		return "", "pasta is not installed (apt-get install passt)"
+		return pastaFound{why: "pasta is not installed (apt-get install passt)"}
 	}
 	// pasta makes the namespace's interface with the tun device, as the
 	// server's user: distributions make it 0666, some machines 0600.
 	f, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0)
 	if err != nil {
-		return "", fmt.Sprintf("pasta cannot use /dev/net/tun (%v): it needs the device readable and writable by the server's user (mode 0666, as distributions make it)", unwrap(err))
+		return pastaFound{why: fmt.Sprintf("pasta cannot use /dev/net/tun (%v): it needs the device readable and writable by the server's user (mode 0666, as distributions make it)", unwrap(err))}
 	}
 	f.Close()
-	return p, ""
+	return pastaFound{path: p}
 }
 
-// lookPath is exec.LookPath for a name without a slash, looking in the
-// PATH's directories all at once instead of one after the other: on a cold
+// lookPath is exec.LookPath for a name without a slash on the PATH env,
+// looking in its directories all at once instead of one after the other: on a cold
 // page cache each lookup is a read of the disk, and pasta is looked for on
 // the way to the server's first answer (a PATH of a dozen directories cost
 // it 2.5 ms). The answer is exec.LookPath's: the first directory in PATH
 // order that holds an executable name wins, and one reached through a
 // relative directory is an error (exec.ErrDot).
-func lookPath(name string) (string, error) {
-	dirs := filepath.SplitList(os.Getenv("PATH"))
+func lookPath(name, env string) (string, error) {
+	dirs := filepath.SplitList(env)
 	found := make([]bool, len(dirs))
 	var wg sync.WaitGroup
 	for i, dir := range dirs {

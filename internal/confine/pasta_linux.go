@@ -85,7 +85,7 @@ var pastaAhead atomic.Pointer[struct {
 func LookAhead() {
 	env := os.Getenv("PATH")
 	found := make(chan pastaFound, 1)
-	go func() { found <- findPasta(env) }()
+	go func() { found <- findPasta() }()
 	pastaAhead.Store(&struct {
 		env   string
 		found chan pastaFound
@@ -100,13 +100,13 @@ func pastaLookup() <-chan pastaFound {
 		return a.found
 	}
 	found := make(chan pastaFound, 1)
-	go func() { found <- findPasta(env) }()
+	go func() { found <- findPasta() }()
 	return found
 }
 
-// findPasta is pasta's path on the PATH env, or why it cannot be used.
-func findPasta(env string) pastaFound {
-	p, err := lookPath("pasta", env)
+// findPasta is pasta's path on the PATH, or why it cannot be used.
+func findPasta() pastaFound {
+	p, err := exec.LookPath("pasta")
 	if err != nil {
 		return pastaFound{why: "pasta is not installed (apt-get install passt)"}
 	}
@@ -118,41 +118,6 @@ func findPasta(env string) pastaFound {
 	}
 	f.Close()
 	return pastaFound{path: p}
-}
-
-// lookPath is exec.LookPath for a name without a slash on the PATH env,
-// looking in its directories all at once instead of one after the other: on a cold
-// page cache each lookup is a read of the disk, and pasta is looked for on
-// the way to the server's first answer (a PATH of a dozen directories cost
-// it 2.5 ms). The answer is exec.LookPath's: the first directory in PATH
-// order that holds an executable name wins, and one reached through a
-// relative directory is an error (exec.ErrDot).
-func lookPath(name, env string) (string, error) {
-	dirs := filepath.SplitList(env)
-	found := make([]bool, len(dirs))
-	var wg sync.WaitGroup
-	for i, dir := range dirs {
-		if dir == "" {
-			dirs[i] = "."
-		}
-		wg.Go(func() {
-			// With a slash, exec.LookPath checks that file alone ("./name"
-			// for ".", which filepath.Join would make "name").
-			_, err := exec.LookPath(dirs[i] + string(filepath.Separator) + name)
-			found[i] = err == nil
-		})
-	}
-	wg.Wait()
-	for i, ok := range found {
-		if !ok {
-			continue
-		}
-		if p := filepath.Join(dirs[i], name); filepath.IsAbs(p) {
-			return p, nil
-		}
-		return "", &exec.Error{Name: name, Err: exec.ErrDot}
-	}
-	return "", &exec.Error{Name: name, Err: exec.ErrNotFound}
 }
 
 // chooseNetwork settles the network of agents whose registry entry does

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -145,7 +146,6 @@ func runWebhooks(ctx context.Context, r *runner) error {
 func webhookDelay(ctx context.Context, c *child, rcv *hookReceiver, ep string, ids []string, rate float64, d, warm time.Duration) (fromCall, fromReturn histogram, early int, err error) {
 	rcv.timing.Store(true)
 	defer rcv.timing.Store(false)
-	from := time.Now().Add(warm).UnixNano()
 	if _, err := c.do(ctx, childRequest{Op: "load", IDs: ids, Rate: rate, Size: eventSize, Times: true}); err != nil {
 		return fromCall, fromReturn, 0, err
 	}
@@ -159,6 +159,19 @@ func webhookDelay(ctx context.Context, c *child, rcv *hookReceiver, ep string, i
 	if len(end.Returned) != len(ids) {
 		return fromCall, fromReturn, 0, fmt.Errorf("the load reported the appends of %d sandboxes, want %d", len(end.Returned), len(ids))
 	}
+	// The warm-up is counted from the first append the load made, not
+	// from the request that began it, which a busy machine may answer
+	// late.
+	first := int64(math.MaxInt64)
+	for _, times := range end.Returned {
+		for _, t := range times {
+			first = min(first, t.Called)
+		}
+	}
+	if first == math.MaxInt64 {
+		return fromCall, fromReturn, 0, fmt.Errorf("the load appended no event in %s", d)
+	}
+	from := first + warm.Nanoseconds()
 	want := map[string]appendTime{} // by webhook-id
 	for i, times := range end.Returned {
 		for _, t := range times {

@@ -68,12 +68,14 @@ func pastaArgs(pidFile string, pid int) []string {
 // pastaFound is what findPasta found.
 type pastaFound struct{ path, why string }
 
-// pastaAhead is the lookup LookAhead began, for the PATH it began with;
-// the first Prepare takes it.
-var pastaAhead atomic.Pointer[struct {
+// A lookAhead is a look for pasta that LookAhead began on the PATH env.
+type lookAhead struct {
 	env   string
 	found chan pastaFound
-}]
+}
+
+// pastaAhead is the look LookAhead began; the first Prepare takes it.
+var pastaAhead atomic.Pointer[lookAhead]
 
 // LookAhead begins the part of Prepare's checks that reads the disk, the
 // look for pasta on the PATH, so that a Prepare called a little later
@@ -86,10 +88,7 @@ func LookAhead() {
 	env := os.Getenv("PATH")
 	found := make(chan pastaFound, 1)
 	go func() { found <- findPasta() }()
-	pastaAhead.Store(&struct {
-		env   string
-		found chan pastaFound
-	}{env, found})
+	pastaAhead.Store(&lookAhead{env, found})
 }
 
 // pastaLookup is the result of the look LookAhead began, or of one begun

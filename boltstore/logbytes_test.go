@@ -183,16 +183,9 @@ func setState(tb testing.TB, path, id string, change func(map[string]any)) {
 
 func readStateKey(tb testing.TB, path, id string, st *sandbox.State) {
 	tb.Helper()
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.View(func(tx *bbolt.Tx) error {
+	viewFile(tb, path, func(tx *bbolt.Tx) error {
 		return decodeState(tx.Bucket(bucketSandboxes).Bucket([]byte(id)), st)
-	}); err != nil {
-		tb.Fatal(err)
-	}
+	})
 }
 
 // checkFile runs the offline check; want is "" for none, else what the

@@ -89,17 +89,8 @@ func TestOpenOfClosedFileCommitsNothing(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var closed int
-	if err := db.View(func(tx *bbolt.Tx) error { closed = tx.ID(); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	viewFile(t, path, func(tx *bbolt.Tx) error { closed = tx.ID(); return nil })
 	s = MustOpenStoreAt(t, path, Options{})
 	var opened int
 	if err := s.view(func(tx *bbolt.Tx) error { opened = tx.ID(); return nil }); err != nil {

@@ -27,24 +27,29 @@ func crashClose(tb testing.TB, s *Store) {
 	}
 }
 
-// walEntries counts the entries of the WAL bucket of a closed store file.
-func walEntries(tb testing.TB, path string) int {
+// viewFile runs fn in a read transaction of the closed store file at path.
+func viewFile(tb testing.TB, path string, fn func(*bbolt.Tx) error) {
 	tb.Helper()
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer db.Close()
+	if err := db.View(fn); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// walEntries counts the entries of the WAL bucket of a closed store file.
+func walEntries(tb testing.TB, path string) int {
+	tb.Helper()
 	n := 0
-	err = db.View(func(tx *bbolt.Tx) error {
+	viewFile(tb, path, func(tx *bbolt.Tx) error {
 		if wal := tx.Bucket(bucketWAL); wal != nil {
 			n = wal.Stats().KeyN
 		}
 		return nil
 	})
-	if err != nil {
-		tb.Fatal(err)
-	}
 	return n
 }
 

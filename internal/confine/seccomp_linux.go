@@ -186,10 +186,6 @@ func syscallNumbers() map[string][2]int {
 	}
 }
 
-// auditArch is the AUDIT_ARCH_* value of seccomp_data's arch for each
-// supported GOARCH.
-var auditArch = map[string]uint32{"amd64": unix.AUDIT_ARCH_X86_64, "arm64": unix.AUDIT_ARCH_AARCH64}
-
 // seccompProgram is the BPF program for this machine's architecture.
 func seccompProgram() ([]bpf.Instruction, error) { return seccompProgramFor(runtime.GOARCH) }
 
@@ -205,13 +201,18 @@ func seccompProgram() ([]bpf.Instruction, error) { return seccompProgramFor(runt
 // 64 would let TIOCSTI|1<<32 pass, as Flatpak's filter once did
 // (CVE-2019-10063).
 func seccompProgramFor(goarch string) ([]bpf.Instruction, error) {
-	native, ok := auditArch[goarch]
-	if !ok {
+	// native is seccomp_data's arch (AUDIT_ARCH_*); col, the column of
+	// syscallNumbers; x32, whether the x32 ABI shares the arch.
+	var native uint32
+	var col int
+	var x32 uint8
+	switch goarch {
+	case "amd64":
+		native, col, x32 = unix.AUDIT_ARCH_X86_64, 0, 1
+	case "arm64":
+		native, col = unix.AUDIT_ARCH_AARCH64, 1
+	default:
 		return nil, fmt.Errorf("no filter for linux/%s: agents are confined on linux/amd64 and linux/arm64", goarch)
-	}
-	col := 0
-	if goarch == "arm64" {
-		col = 1
 	}
 	numbers := syscallNumbers()
 	number := func(name string) (uint32, error) {
@@ -228,10 +229,6 @@ func seccompProgramFor(goarch string) ([]bpf.Instruction, error) {
 	// struct seccomp_data: nr at 0, arch at 4, args from 16, each 8 bytes;
 	// amd64 and arm64 are little-endian, so an argument's low half is first.
 	const offNr, offArch, offArg0, offArg1 = 0, 4, 16, 24
-	x32 := uint8(0)
-	if goarch == "amd64" {
-		x32 = 1
-	}
 	prog := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: offArch, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: native, SkipFalse: 7 + x32}, // → ENOSYS

@@ -147,6 +147,10 @@ type Main struct {
 	WebhookMinBackoff, WebhookMaxBackoff time.Duration
 	// Observer, when set, is told what the metrics are told, beside them.
 	Observer Observer
+	// Signals, when set, is closed once the process handles SIGINT and
+	// SIGTERM; Run serves only after it is, so a client that saw the
+	// server answer can stop it cleanly with a signal.
+	Signals <-chan struct{}
 
 	Metrics     *metrics.Metrics
 	Store       Store                // opened by Run unless set before it (a wrapped store in tests); Close closes it
@@ -346,6 +350,9 @@ func (m *Main) Run(ctx context.Context) error {
 		TurnImageMax:                  m.TurnImageMax,
 	})
 	m.Listener = l
+	if m.Signals != nil {
+		<-m.Signals
+	}
 	m.serveErr = make(chan error, 1)
 	go func() { m.serveErr <- m.Server.Serve(l) }()
 	served = true

@@ -23,7 +23,7 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) 
 // Main runs the command line args (args[0] is the program) and returns
 // the process's exit status, having printed what went wrong.
 func Main(args []string) int {
-	err := newApp().Run(args)
+	err := newAppFor(args).Run(args)
 	code, print := exitStatus(err)
 	if print {
 		fmt.Fprintln(os.Stderr, "sparkles:", err)
@@ -31,32 +31,65 @@ func Main(args []string) int {
 	return code
 }
 
+// commands are the top-level commands, in the order the help lists them,
+// each by the name it is called with and its constructor.
+var commands = []struct {
+	name string
+	new  func() *cli.Command
+}{
+	{"serve", newServeCommand},
+	{"agent", newAgentCommand},
+	{"agents", newAgentsCommand},
+	{"sandbox", newSandboxCommand},
+	{"prompt", newPromptCommand},
+	{"events", newEventsCommand},
+	{"approve", newApproveCommand},
+	{"deny", newDenyCommand},
+	{"cancel", newCancelCommand},
+	{"files", newFilesCommand},
+	{"cp", newCpCommand},
+	{"diff", newDiffCommand},
+	{"revert", newRevertCommand},
+	{"webhooks", newWebhooksCommand},
+	{"db", newDBCommand},
+	{"bench", newBenchCommand},
+	{"version", newVersionCommand},
+}
+
+// newApp builds the whole command tree.
 func newApp() *cli.App {
+	cmds := make([]*cli.Command, len(commands))
+	for i, c := range commands {
+		cmds[i] = c.new()
+	}
+	return appOf(cmds)
+}
+
+// newAppFor builds the app that runs args: when args name a top-level
+// command, an app of that command alone, which parses and helps exactly
+// as the whole tree does for it, so that `sparkles serve` does not build
+// the flags of sixteen other commands on its way to its first answer;
+// the whole tree otherwise (no command, a flag first, a name it does not
+// know), whose help and suggestions need every command.
+func newAppFor(args []string) *cli.App {
+	if len(args) > 1 {
+		for _, c := range commands {
+			if c.name == args[1] {
+				return appOf([]*cli.Command{c.new()})
+			}
+		}
+	}
+	return newApp()
+}
+
+func appOf(cmds []*cli.Command) *cli.App {
 	// --version prints what `sparkles version` prints.
 	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintln(c.App.Writer, versionLine()) }
 	return withUsage(&cli.App{
-		Name:    "sparkles",
-		Usage:   "run coding agents in sandboxes and stream what they do",
-		Version: versionLine(),
-		Commands: []*cli.Command{
-			newServeCommand(),
-			newAgentCommand(),
-			newAgentsCommand(),
-			newSandboxCommand(),
-			newPromptCommand(),
-			newEventsCommand(),
-			newApproveCommand(),
-			newDenyCommand(),
-			newCancelCommand(),
-			newFilesCommand(),
-			newCpCommand(),
-			newDiffCommand(),
-			newRevertCommand(),
-			newWebhooksCommand(),
-			newDBCommand(),
-			newBenchCommand(),
-			newVersionCommand(),
-		},
+		Name:            "sparkles",
+		Usage:           "run coding agents in sandboxes and stream what they do",
+		Version:         versionLine(),
+		Commands:        cmds,
 		HideHelpCommand: true,
 	})
 }
@@ -64,10 +97,22 @@ func newApp() *cli.App {
 // signalContext returns a context canceled by the first SIGINT or SIGTERM;
 // a second signal exits at once.
 func signalContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel, installed := signalContextAsync(parent)
+	<-installed
+	return ctx, cancel
+}
+
+// signalContextAsync is signalContext with its handlers installed by its
+// own goroutine, beside the caller's work, and installed closed once they
+// are. The first installation starts the runtime's signal thread and waits
+// for it (about 1 ms on a small VM), which serve overlaps with its start.
+func signalContextAsync(parent context.Context) (context.Context, context.CancelFunc, <-chan struct{}) {
 	ctx, cancel := context.WithCancel(parent)
 	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	installed := make(chan struct{})
 	go func() {
+		signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+		close(installed)
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -79,5 +124,5 @@ func signalContext(parent context.Context) (context.Context, context.CancelFunc)
 		fmt.Fprintln(os.Stderr, "sparkles: second signal, exiting now")
 		os.Exit(130)
 	}()
-	return ctx, func() { signal.Stop(ch); cancel() }
+	return ctx, func() { <-installed; signal.Stop(ch); cancel() }, installed
 }

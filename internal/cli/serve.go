@@ -81,6 +81,9 @@ func newServeCommand() *cli.Command {
 				// while the options are read and the store opens.
 				confine.LookAhead()
 			}
+			// So are the signal handlers installed (Run serves once they are).
+			ctx, stop, installed := signalContextAsync(c.Context)
+			defer stop()
 			if err := checkAddr(c.String("addr")); err != nil {
 				return err
 			}
@@ -184,8 +187,7 @@ func newServeCommand() *cli.Command {
 				FileLimits:       limits,
 				TurnImageMax:     imageMax,
 			}
-			ctx, stop := signalContext(c.Context)
-			defer stop()
+			m.Signals = installed
 			if err := m.Run(ctx); err != nil {
 				m.Close()
 				return err

@@ -48,7 +48,7 @@ func peerStart(ctx context.Context, r *runner, mercureDB string) error {
 	defer restore()
 	var sTook, sReady, mTook []time.Duration
 	var sMem, mMem procMem
-	for range pick(r, 9, 1) {
+	for range pick(r, 15, 1) {
 		if cold {
 			if err := dropCaches(); err != nil {
 				return err
@@ -81,7 +81,7 @@ func peerStart(ctx context.Context, r *runner, mercureDB string) error {
 	}
 	p := pair{name: fmt.Sprintf("%s on %s events", name, thousands(n)), unit: "ms",
 		sparkles: ms(medianDuration(sTook)), mercure: ms(medianDuration(mTook)),
-		cond: fmt.Sprintf("from the exec of the server's process to its first /healthz answer; %s; starts alternating, median of %d each", how, len(sTook)),
+		cond: fmt.Sprintf("from the exec of the server's process to its first /healthz answer; %s; starts alternating, median of %d each; %s", how, len(sTook), spreadNote(sTook, mTook)),
 		sCond: fmt.Sprintf("%s on one sandbox whose agent process announced %s tool calls in one turn (events of %d bytes of data), then stopped cleanly: a %.1f MiB file; VmRSS %.1f MiB at the answer%s",
 			server, thousands(n), size, mib(sFile), mib(sMem.RSS), readyNote(&started{took: medianDuration(sTook), ready: medianDuration(sReady)})),
 		mCond: fmt.Sprintf("mercure-peer on the bolt file of the replay above: one topic of %s updates, a %.1f MiB file; VmRSS %.1f MiB at the answer",
@@ -148,6 +148,31 @@ func fileSize(path string) (int64, error) {
 		return 0, err
 	}
 	return fi.Size(), nil
+}
+
+// spreadNote says how far apart the starts of each server were (the
+// middle half of them) and the median of the rounds' own ratios, each
+// from two starts taken one after the other: on a machine whose speed
+// drifts, the ratio of the medians alone can mislead either way.
+func spreadNote(s, m []time.Duration) string {
+	if len(s) < 4 || len(s) != len(m) {
+		return "too few starts for their spread"
+	}
+	ratios := make([]float64, len(s))
+	for i := range s {
+		ratios[i] = float64(s[i]) / float64(m[i])
+	}
+	slices.Sort(ratios)
+	s1, s3 := quartiles(s)
+	m1, m3 := quartiles(m)
+	return fmt.Sprintf("the middle half of the starts: Sparkles %.1f–%.1f ms, Mercure %.1f–%.1f ms; the median of the rounds' ratios %.2f x",
+		ms(s1), ms(s3), ms(m1), ms(m3), ratios[len(ratios)/2])
+}
+
+// quartiles are the first and third quartiles of ds (nearest rank).
+func quartiles(ds []time.Duration) (time.Duration, time.Duration) {
+	s := slices.Sorted(slices.Values(ds))
+	return s[len(s)/4], s[(3*len(s))/4]
 }
 
 // medianDuration is the median of ds, the upper one of an even count.

@@ -307,3 +307,23 @@ func TestFloodAgentNewIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestSpreadNote(t *testing.T) {
+	d := func(ms ...int) []time.Duration {
+		var ds []time.Duration
+		for _, m := range ms {
+			ds = append(ds, time.Duration(m)*time.Millisecond)
+		}
+		return ds
+	}
+	// Round by round Sparkles takes 1.5, 1.2, 2, 1 and 1.25 times as long;
+	// the medians alone (40 and 25 ms) would say 1.6.
+	got := spreadNote(d(45, 36, 40, 20, 50), d(30, 30, 20, 20, 40))
+	want := "the middle half of the starts: Sparkles 36.0–45.0 ms, Mercure 20.0–30.0 ms; the median of the rounds' ratios 1.25 x"
+	if got != want {
+		t.Fatalf("spreadNote:\n got %q\nwant %q", got, want)
+	}
+	if got := spreadNote(d(1, 2, 3), d(1, 2, 3)); got != "too few starts for their spread" {
+		t.Fatalf("three starts: %q", got)
+	}
+}

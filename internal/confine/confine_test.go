@@ -98,6 +98,30 @@ func newLauncher(t testing.TB, opts confine.Options) *confine.Launcher {
 	return l
 }
 
+// TestProbeLeftovers: the probe of a start removes the scratch directory
+// that a probe stopped halfway left in the data dir (a server stopped or
+// killed while its probe ran), and leaves none of its own.
+func TestProbeLeftovers(t *testing.T) {
+	dataDir := varTmp(t)
+	left := filepath.Join(dataDir, ".confine-probe-123")
+	if err := os.MkdirAll(filepath.Join(left, "sandbox", "work"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, "canary"), []byte("not for agents"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	newLauncher(t, confine.Options{DataDir: dataDir})
+	ents, err := os.ReadDir(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".confine-probe-") {
+			t.Errorf("%s is still in the data dir after the probe", e.Name())
+		}
+	}
+}
+
 // sandboxDir makes <base>/sandboxes/<name>/work and returns the sandbox.
 func sandboxDir(t testing.TB, base, name string) string {
 	t.Helper()

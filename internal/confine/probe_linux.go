@@ -26,11 +26,20 @@ func (l *Launcher) probe() error {
 	if base == "" {
 		base = os.TempDir()
 	}
-	scratch, err := os.MkdirTemp(base, ".confine-probe-")
+	if l.opts.DataDir != "" {
+		removeProbeLeftovers(base)
+	}
+	scratch, err := os.MkdirTemp(base, probePrefix)
 	if err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
 	defer os.RemoveAll(scratch)
+	// Held while the probe runs: a later start leaves this directory be
+	// (see removeProbeLeftovers).
+	if lock, err := os.Open(scratch); err == nil {
+		defer lock.Close()
+		_ = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX)
+	}
 	canary := filepath.Join(scratch, "canary")
 	if err := os.WriteFile(canary, []byte("not for agents"), 0o600); err != nil {
 		return fmt.Errorf("probe: %w", err)
@@ -74,6 +83,36 @@ func (l *Launcher) probe() error {
 		return fmt.Errorf("the launcher could not confine a process: %s%s", msg, apparmorHint())
 	}
 	return nil
+}
+
+// probePrefix begins the name of a probe's scratch directory.
+const probePrefix = ".confine-probe-"
+
+// removeProbeLeftovers removes from the data dir the scratch directories
+// of probes that did not end: a server stopped or killed while its probe
+// ran leaves one behind, and every later start would list it with the
+// data dir. A running probe holds a lock on its directory, so one whose
+// lock is free belongs to no probe that still runs. What cannot be
+// removed stays, for the next start to try again.
+func removeProbeLeftovers(dataDir string) {
+	ents, err := os.ReadDir(dataDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), probePrefix) {
+			continue
+		}
+		dir := filepath.Join(dataDir, e.Name())
+		f, err := os.Open(dir)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			_ = os.RemoveAll(dir)
+		}
+		f.Close()
+	}
 }
 
 // namespaceError says why the kernel refused the namespaces.

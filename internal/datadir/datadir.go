@@ -16,8 +16,10 @@
 //	                       as one under sandboxes/ and removed after it
 //
 // A start also makes and removes scratch files at the top (.write-check-*,
-// .confine-probe-*). Nothing here touches the disk: the packages that
-// write these paths make them.
+// .confine-probe-*). A probe's directory that a server stopped or killed
+// while its probe ran left behind is removed by the next start's probe.
+// Nothing here touches the disk: the packages that write these paths make
+// them.
 package datadir
 
 import "path/filepath"

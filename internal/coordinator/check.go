@@ -13,6 +13,7 @@ import (
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/datadir"
+	"github.com/sparkles-dev/sparkles/internal/disk"
 	"github.com/sparkles-dev/sparkles/sandbox"
 	"github.com/sparkles-dev/sparkles/translate"
 )
@@ -78,7 +79,7 @@ func (c *Coordinator) CheckAgent(ctx context.Context, name string) (sandbox.Agen
 
 	dir := datadir.Dir(c.cfg.DataDir).Check("agent-" + rand.Text()[:12])
 	work := dir.Work()
-	defer os.RemoveAll(string(dir))
+	defer disk.RemoveAll(string(dir))
 	if err := os.MkdirAll(work, 0o700); err != nil {
 		c.log.Error("agents check: make its sandbox directory", "err", err)
 		return sandbox.AgentCheck{}, errors.New("the check's sandbox directory could not be created")
@@ -274,4 +275,15 @@ func capsDetail(c agent.Capabilities) string {
 	}
 	return fmt.Sprintf("loadSession %s; prompts with images %s, audio %s, embedded context %s; MCP over http %s, sse %s (stdio always)",
 		yes(c.LoadSession), yes(c.Image), yes(c.Audio), yes(c.EmbeddedContext), yes(c.MCPHTTP), yes(c.MCPSSE))
+}
+
+// removeCheckLeftovers removes the scratch sandboxes that agents checks of
+// an earlier run left in the data dir (a server stopped or killed while a
+// check ran): no check runs before the sandboxes are recovered. What
+// resists is logged and tried again at the next start.
+func (c *Coordinator) removeCheckLeftovers() {
+	dir := datadir.Dir(c.cfg.DataDir).Checks()
+	if err := disk.RemoveAll(dir); err != nil {
+		c.log.Warn("cannot remove the scratch sandboxes of earlier agents checks", "dir", dir, "err", err)
+	}
 }

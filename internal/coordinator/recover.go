@@ -19,7 +19,10 @@ import (
 // With a cluster, the sandboxes of other live nodes are theirs: only those
 // whose node went away (this node's earlier run among them) are settled,
 // as the sweep does.
-func (c *Coordinator) Recover(ctx context.Context) error { return c.place.recover(ctx) }
+func (c *Coordinator) Recover(ctx context.Context) error {
+	c.removeCheckLeftovers()
+	return c.place.recover(ctx)
+}
 
 // unsettledLister is what a store may offer recovery: the ids of the
 // sandboxes that are not sandbox.Settled, kept apart so that a start reads

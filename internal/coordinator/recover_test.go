@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/sparkles-dev/sparkles/boltstore"
 	"github.com/sparkles-dev/sparkles/internal/bolttest"
 	"github.com/sparkles-dev/sparkles/internal/coordinator"
+	"github.com/sparkles-dev/sparkles/internal/datadir"
 	"github.com/sparkles-dev/sparkles/sandbox"
 )
 
@@ -114,4 +116,44 @@ func openRecoverFixture(t *testing.T) *stateCounter {
 		t.Fatal(err)
 	}
 	return &stateCounter{Store: st, read: map[string]int{}}
+}
+
+// A start removes the scratch sandboxes that agents checks left in the
+// data dir when the server was stopped or killed during them, including a
+// directory the check's agent made unwritable.
+func TestRecoverRemovesCheckLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	checks := datadir.Dir(dir).Checks()
+	locked := filepath.Join(checks, "agent-abc", "work", "cache")
+	if err := os.MkdirAll(locked, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(locked, "module"), []byte("x"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(locked, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(checks, "agent-abc", "agent.log"), []byte("booting\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keep := datadir.Dir(dir).Sandbox("c_1").Work()
+	if err := os.MkdirAll(keep, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	st := bolttest.MustOpenAt(t, datadir.Dir(dir).Store(), boltstore.Options{})
+	co, err := coordinator.New(coordinator.Config{Store: st, DataDir: dir, FlushInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	if err := co.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(checks); !os.IsNotExist(err) {
+		t.Errorf("the checks' scratch sandboxes are still there after the start: %v", err)
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("a sandbox's directory went with them: %v", err)
+	}
 }

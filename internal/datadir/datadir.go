@@ -13,7 +13,8 @@
 //	    agent.log          the agent's stderr (agent.log.1 the one before)
 //	    source             a clone's outcome: "done" or "failed: <why>"
 //	  checks/<name>/       the scratch sandbox of an agents check, laid out
-//	                       as one under sandboxes/ and removed after it
+//	                       as one under sandboxes/ and removed after it (or
+//	                       by the next start, if the server stopped during it)
 //
 // A start also makes and removes scratch files at the top (.write-check-*,
 // .confine-probe-*). A probe's directory that a server stopped or killed

@@ -85,6 +85,9 @@ func newEnv(t *testing.T, tweak func(*coordinator.Config)) *env {
 	return e
 }
 
+// workDir is the workspace of sandbox id.
+func (e *env) workDir(id string) string { return datadir.Dir(e.cfg.DataDir).Sandbox(id).Work() }
+
 func (e *env) create(p sandbox.CreateParams) sandbox.Sandbox {
 	e.t.Helper()
 	sb, err := e.co.CreateSandbox(context.Background(), p)

@@ -57,8 +57,6 @@ func diskStop(t *testing.T, evs []sandbox.Event, turnID, flag string) string {
 	return msg
 }
 
-func (e *env) workDir(id string) string { return datadir.Dir(e.cfg.DataDir).Sandbox(id).Work() }
-
 // TestDiskLimit: a sandbox whose files grow past --sandbox-disk-max while
 // its turn runs has its agent stopped and the turn failed with disk_full
 // naming the limit; another sandbox's turns go on; a new turn is refused

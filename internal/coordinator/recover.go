@@ -14,7 +14,8 @@ import (
 // coordinator_restarted (a turn queued behind another without the error:
 // it never started), its pending approvals are resolved as failed, and
 // sandboxes whose agent was running are marked stopped (the agent boots again
-// with the next turn). Call it once, before serving.
+// with the next turn). It also removes the scratch sandboxes of agents
+// checks that run left unfinished. Call it once, before serving.
 //
 // With a cluster, the sandboxes of other live nodes are theirs: only those
 // whose node went away (this node's earlier run among them) are settled,

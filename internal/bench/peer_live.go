@@ -115,6 +115,15 @@ func sparklesProducers(ctx context.Context, r *runner, n int, d time.Duration, f
 		return producersResult{}, err
 	}
 	c1, t1 := count(), time.Now()
+	// A window in which no commit landed (on a busy disk one fsync can
+	// outlast a short window) ends with the next event instead: a rate
+	// needs one.
+	for c1 == c0 {
+		if err := waitEvents(ctx, subs[0], subs[0].count.Load()+1); err != nil {
+			return producersResult{}, err
+		}
+		c1, t1 = count(), time.Now()
+	}
 	if _, err := c.do(ctx, childRequest{Op: "unflood"}); err != nil {
 		return producersResult{}, err
 	}
@@ -192,6 +201,12 @@ func mercureProducers(ctx context.Context, r *runner, n int, d time.Duration, si
 		return producersResult{}, errors.Join(stop(), err)
 	}
 	c1, a1, t1 := count(), acked.Load(), time.Now()
+	for c1 == c0 { // as Sparkles' window: it ends with an event
+		if err := subs[0].waitCount(ctx, subs[0].count.Load()+1); err != nil {
+			return producersResult{}, errors.Join(stop(), err)
+		}
+		c1, a1, t1 = count(), acked.Load(), time.Now()
+	}
 	if err := stop(); err != nil {
 		return producersResult{}, err
 	}

@@ -238,6 +238,9 @@ func (s *Store) readFile(ctx context.Context, id string, after uint64, limit int
 				break
 			}
 			prev = keyID(k)
+			if err := s.checkValue(tx, v, "an event of sandbox "+id); err != nil {
+				return err
+			}
 			rec, err := decode(k, v)
 			if err != nil {
 				return fmt.Errorf("sandbox %s: %w", id, err)
@@ -367,7 +370,11 @@ func (s *Store) Config(ctx context.Context, id string) ([]byte, error) {
 		if b == nil {
 			return notFound(id)
 		}
-		config = bytes.Clone(b.Get(keyConfig))
+		v := b.Get(keyConfig)
+		if err := s.checkValue(tx, v, "the config of sandbox "+id); err != nil {
+			return err
+		}
+		config = bytes.Clone(v)
 		return nil
 	})
 	return config, err
@@ -427,4 +434,15 @@ func (s *Store) resource(sandboxID string, bucket []byte, id, kind string, v any
 		}
 		return nil
 	})
+}
+
+// checkValue refuses as damage a value that bbolt gives a length longer
+// than the whole file: a damaged leaf can claim a value of gigabytes,
+// and copying it would allocate that much (and, under the race detector,
+// several times that) before the read faulted at the end of the file.
+func (s *Store) checkValue(tx *bbolt.Tx, v []byte, what string) error {
+	if size := tx.Size(); int64(len(v)) > size {
+		return &DamagedError{Path: s.path, Problem: fmt.Sprintf("%s is %d bytes long in a file of %d bytes", what, len(v), size), serving: true}
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -328,4 +329,61 @@ func TestDamageWhileServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantDamaged(t, CheckFile(context.Background(), path, CompactOptions{}), "page")
+}
+
+// TestReadHugeValue: a damaged leaf that gives an event a length of 1.5
+// GiB is refused as damage before the event is copied: a read allocates
+// what the file holds, not what a page claims (copying it first took
+// gigabytes, several times that under the race detector).
+func TestReadHugeValue(t *testing.T) {
+	good := filepath.Join(t.TempDir(), "sparkles.db")
+	s := mustOpenLimits(t, good, Options{}, walLimits{})
+	mustCreate(t, s, "c_1")
+	const marker = "the-event-whose-length-is-damaged"
+	evs := textEvents(120)
+	evs[60] = textEvent("", "part_1", marker)
+	mustAppend(t, s, "c_1", evs...)
+	if err := s.flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := damagedCopy(t, good, func(b []byte) []byte {
+		// The event's leaf in the events bucket: a copy of it may also lie
+		// in a free page (the WAL it came through).
+		for from := 0; ; {
+			i := bytes.Index(b[from:], []byte(marker))
+			if i < 0 {
+				t.Fatal("no leaf of the file holds the event")
+			}
+			at := from + i
+			from = at + 1
+			page := b[at/4096*4096:][:4096]
+			if ne.Uint16(page[8:]) != leafPage {
+				continue
+			}
+			for e := range int(ne.Uint16(page[10:])) {
+				off := pageHeaderSize + e*pageElementSize
+				pos, ksize, vsize := int(ne.Uint32(page[off+4:])), int(ne.Uint32(page[off+8:])), int(ne.Uint32(page[off+12:]))
+				if v := at % 4096; off+pos+ksize <= v && v < off+pos+ksize+vsize {
+					ne.PutUint32(page[off+12:], 0x60000000)
+					return b
+				}
+			}
+		}
+	})
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = s.Read(context.Background(), "c_1", 0, 200)
+	runtime.ReadMemStats(&after)
+	wantDamaged(t, err, "is 1610612736 bytes long in a file of")
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
+		t.Errorf("the read allocated %d MiB", n>>20)
+	}
 }

@@ -62,7 +62,11 @@ func (s *Store) Webhook(ctx context.Context, id string) ([]byte, error) {
 		if b == nil {
 			return webhookNotFound(id)
 		}
-		v = bytes.Clone(b.Get(keyWebhook))
+		v = b.Get(keyWebhook)
+		if err := s.checkValue(tx, v, "webhook endpoint "+id); err != nil {
+			return err
+		}
+		v = bytes.Clone(v)
 		return nil
 	})
 	return v, err
@@ -77,7 +81,11 @@ func (s *Store) Webhooks(ctx context.Context) ([][]byte, error) {
 			return nil
 		}
 		return root.ForEachBucket(func(k []byte) error {
-			list = append(list, bytes.Clone(root.Bucket(k).Get(keyWebhook)))
+			v := root.Bucket(k).Get(keyWebhook)
+			if err := s.checkValue(tx, v, "a webhook endpoint"); err != nil {
+				return err
+			}
+			list = append(list, bytes.Clone(v))
 			return nil
 		})
 	})

@@ -321,7 +321,9 @@
 // itself and rolls back in memory, because bbolt's rollback of a panic
 // rebuilds the free-page list by scanning every page, which on a damaged
 // file panics again, fatally. A read refuses event keys out of order, so
-// a damaged log does not serve ids out of order. Once the store meets
+// a damaged log does not serve ids out of order, and a value longer than
+// the whole file before it copies it (a damaged leaf can claim up to
+// 2 GB; the copy would allocate that before it faulted). Once the store meets
 // damage while it runs it takes no more writes (the unavailable error,
 // which Writable gives /readyz), reads go on where the file can be read,
 // and one ERROR line says what to do. What is not found until db check

@@ -85,10 +85,7 @@ var pastaAhead atomic.Pointer[lookAhead]
 // off the way to the server's first answer. A Prepare that finds the PATH
 // changed since looks again.
 func LookAhead() {
-	env := os.Getenv("PATH")
-	found := make(chan pastaFound, 1)
-	go func() { found <- findPasta() }()
-	pastaAhead.Store(&lookAhead{env, found})
+	pastaAhead.Store(&lookAhead{os.Getenv("PATH"), lookForPasta()})
 }
 
 // pastaLookup is the result of the look LookAhead began, or of one begun
@@ -98,6 +95,12 @@ func pastaLookup() <-chan pastaFound {
 	if a := pastaAhead.Swap(nil); a != nil && a.env == env {
 		return a.found
 	}
+	return lookForPasta()
+}
+
+// lookForPasta begins findPasta on a goroutine of its own; its result
+// comes on the channel.
+func lookForPasta() chan pastaFound {
 	found := make(chan pastaFound, 1)
 	go func() { found <- findPasta() }()
 	return found

@@ -188,7 +188,13 @@ func TestTurnAttachmentsRefused(t *testing.T) {
 	if err := os.WriteFile(outside, []byte("not the workspace's"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(outside, filepath.Join(srv.DataDir, "sandboxes", r.id, "work", "link.txt")); err != nil {
+	// The sandbox's agent makes the workspace as it boots, which a create
+	// begins and does not wait for: the link needs it now.
+	work := filepath.Join(srv.DataDir, "sandboxes", r.id, "work")
+	if err := os.MkdirAll(work, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(work, "link.txt")); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

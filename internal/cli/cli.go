@@ -83,6 +83,14 @@ func newAppFor(args []string) *cli.App {
 }
 
 func appOf(cmds []*cli.Command) *cli.App {
+	app := plainAppOf(cmds)
+	keepNames(app.Commands)
+	return app
+}
+
+// plainAppOf is appOf without keepNames: the app as urfave/cli alone
+// would run it, which TestKeepNames compares appOf's with.
+func plainAppOf(cmds []*cli.Command) *cli.App {
 	// --version prints what `sparkles version` prints.
 	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintln(c.App.Writer, versionLine()) }
 	return withUsage(&cli.App{

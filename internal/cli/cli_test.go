@@ -27,13 +27,6 @@ func TestNewAppFor(t *testing.T) {
 			t.Fatalf("the app for %q has commands %v", c.Name, got)
 		}
 	}
-	run := func(app *cli.App, args []string) string {
-		var out, errw bytes.Buffer
-		app.Writer, app.ErrWriter = &out, &errw
-		err := app.Run(args)
-		code, _ := exitStatus(err)
-		return fmt.Sprintf("exit %d, error %v\nout:\n%s\nerr:\n%s", code, err, out.String(), errw.String())
-	}
 	var walk func(path []string, cmds []*cli.Command)
 	walk = func(path []string, cmds []*cli.Command) {
 		for _, c := range cmds {
@@ -44,8 +37,8 @@ func TestNewAppFor(t *testing.T) {
 			}
 			for _, try := range tries {
 				args := append(append([]string{"sparkles"}, p...), try...)
-				want := run(newApp(), args)
-				if got := run(newAppFor(args), args); got != want {
+				want := runApp(newApp(), args)
+				if got := runApp(newAppFor(args), args); got != want {
 					t.Errorf("%s:\nthe app for one command says\n%s\nthe whole tree says\n%s", strings.Join(args, " "), got, want)
 				}
 			}
@@ -59,4 +52,14 @@ func TestNewAppFor(t *testing.T) {
 			t.Errorf("%q: an app of %d commands, want the whole tree", args, got)
 		}
 	}
+}
+
+// runApp runs app on args and says what it printed, the error and the
+// exit status, for tests that compare two apps.
+func runApp(app *cli.App, args []string) string {
+	var out, errw bytes.Buffer
+	app.Writer, app.ErrWriter = &out, &errw
+	err := app.Run(args)
+	code, _ := exitStatus(err)
+	return fmt.Sprintf("exit %d, error %v\nout:\n%s\nerr:\n%s", code, err, out.String(), errw.String())
 }

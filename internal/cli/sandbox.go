@@ -381,7 +381,7 @@ func positional(c *cli.Context, min, max int) ([]string, error) {
 		if f == nil {
 			return nil, usagef("unknown flag %s; see `%s --help`", a, cmd)
 		}
-		if _, isBool := f.(*cli.BoolFlag); isBool {
+		if _, isBool := baseFlag(f).(*cli.BoolFlag); isBool {
 			if !hasValue {
 				value = "true"
 			}

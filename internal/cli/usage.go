@@ -98,7 +98,7 @@ func badValue(c *cli.Context, name, what, reason string) string {
 		if !slices.Contains(f.Names(), name) {
 			continue
 		}
-		switch f.(type) {
+		switch baseFlag(f).(type) {
 		case *cli.Uint64Flag, *cli.UintFlag:
 			want, example = "a whole number of 0 or more", "42"
 		case *cli.IntFlag, *cli.Int64Flag:

@@ -96,8 +96,9 @@ type Config struct {
 	// open, the retention loop runs). /readyz needs no token, like /healthz.
 	Ready func() error
 	// Isolation names what confines the agents' processes, for /readyz:
-	// e.g. "landlock+namespaces; limits: cgroup1", or "off".
-	Isolation string
+	// e.g. "landlock+namespaces; limits: cgroup1", or "off"; it is asked
+	// at each request, as the server may begin to serve before it is known.
+	Isolation func() string
 	// Observer is told about streams, for metrics; nil observes nothing.
 	Observer Observer
 	// CORSOrigins are the browser origins (scheme://host[:port]) allowed
@@ -292,11 +293,19 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	if s.cfg.Ready != nil {
 		if err := s.ready(r.Context()); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": err.Error(), "isolation": s.cfg.Isolation})
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": err.Error(), "isolation": s.isolation()})
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "isolation": s.cfg.Isolation})
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "isolation": s.isolation()})
+}
+
+// isolation is Config.Isolation's answer, "" without one.
+func (s *Server) isolation() string {
+	if s.cfg.Isolation == nil {
+		return ""
+	}
+	return s.cfg.Isolation()
 }
 
 // readyTimeout bounds how long /readyz waits for the Ready check: an

@@ -160,10 +160,10 @@ type Main struct {
 	Coordinator *coordinator.Coordinator
 	Server      *server.Server
 	Listener    net.Listener
-	Launcher    *confine.Launcher // nil when agents run unconfined
-	isolation   string            // what confines agents, for /readyz and the log
-	serveErr    chan error        // Serve's return, once
-	token       string            // the server token, and the file it came from ("" when given)
+	Launcher    *confine.Launcher      // nil when agents run unconfined
+	isolation   atomic.Pointer[string] // what confines agents, for /readyz and the log (see isolationNow)
+	serveErr    chan error             // Serve's return, once
+	token       string                 // the server token, and the file it came from ("" when given)
 	tokenPath   string
 	// writable, when set, says whether the store takes writes (the bbolt
 	// file is still at its path), for /readyz.
@@ -219,7 +219,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.token, m.tokenPath = token, tokenPath
 	// The launcher's checks of the options and the kernel are quick and
 	// do not need the store, whose open reads its file, so they run beside
-	// it. Its probe runs two confined processes of this binary (tens of ms
+	// it; the cgroups that limit agents are found by the probe's start. Its probe runs two confined processes of this binary (tens of ms
 	// of CPU, more on a cold page cache), which would take the CPU from
 	// the server's own start: it begins once the server serves what its
 	// store holds. No agent starts until the probe passed (Start waits for
@@ -341,7 +341,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Metrics:     m.Metrics.Handler(),
 		Observer:    obs,
 		Ready:       m.ready,
-		Isolation:   m.isolation,
+		Isolation:   m.isolationNow,
 		Static:      console,
 		Webhooks:    webhooks,
 
@@ -375,7 +375,7 @@ func (m *Main) Run(ctx context.Context) error {
 			m.Logger.Warn("listening beyond this machine: anyone who can reach this address and holds the token controls the agents", "addr", l.Addr().String())
 		}
 	}
-	m.Logger.Info("sparkles is serving", "console", "http://"+l.Addr().String()+"/", "api", "http://"+l.Addr().String()+"/v1", "data_dir", m.DataDir, "isolation", m.isolation)
+	m.Logger.Info("sparkles is serving", "console", "http://"+l.Addr().String()+"/", "api", "http://"+l.Addr().String()+"/v1", "data_dir", m.DataDir, "isolation", m.isolationNow())
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sparkles-dev/sparkles/internal/agent"
 	"github.com/sparkles-dev/sparkles/internal/app"
@@ -68,6 +69,14 @@ func TestWaitShutdown(t *testing.T) {
 // machine without user namespaces or Landlock does (TestNotConfinable).
 func TestMain(m *testing.M) {
 	if confine.IsEntry(os.Args) {
+		// The launcher's environment is emptied and its PID namespace
+		// hides its parent: a test holds it by a file beside this binary.
+		for {
+			if _, err := os.Stat(holdFile()); err != nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		fmt.Fprintln(os.Stderr, "sparkles launcher: this test binary confines nothing")
 		os.Exit(125)
 	}
@@ -84,6 +93,87 @@ func TestNotConfinable(t *testing.T) {
 	m.Close()
 	if !errors.Is(err, app.ErrNotConfinable) || !strings.Contains(err.Error(), "confines nothing") || !strings.Contains(err.Error(), "--isolation=off") {
 		t.Fatalf("Run: %v, want ErrNotConfinable with the launcher's reason, naming --isolation=off", err)
+	}
+}
+
+// holdFile is where a test holds the launchers this test binary starts
+// (TestMain) for as long as the file exists.
+func holdFile() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return exe + ".hold"
+}
+
+// TestReadyzWhileProbing: while the confinement probe runs, the server
+// answers /healthz, and /readyz answers 503 with the isolation "being
+// checked": what confines agents, the cgroups that limit them included,
+// is known once the probe's start found them. The probe then fails (this
+// binary confines nothing) and the start with it.
+func TestReadyzWhileProbing(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("confinement is Linux's")
+	}
+	if _, err := confine.Prepare(confine.Options{DataDir: t.TempDir()}); err != nil {
+		t.Skip("this machine cannot confine:", err)
+	}
+	hold := holdFile()
+	if err := os.WriteFile(hold, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(hold) })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	m := &app.Main{Addr: addr, DataDir: t.TempDir(), Token: "app-token", Logger: slog.New(slog.DiscardHandler),
+		Agents: registry.Registry{"shell": {Command: "/bin/sh"}}}
+	ran := make(chan error, 1)
+	go func() { ran <- m.Run(context.Background()) }()
+	t.Cleanup(func() { m.Close() })
+
+	get := func(path string) (int, string, error) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	// The address is taken before anything else: /healthz waits in the
+	// backlog for the server to serve.
+	var code int
+	var body string
+	for {
+		code, body, err = get("/healthz")
+		if err == nil {
+			break
+		}
+		select {
+		case err := <-ran:
+			t.Fatalf("Run returned before it served: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if code != http.StatusOK {
+		t.Fatalf("/healthz while the probe runs: %d %s", code, body)
+	}
+	code, body, err = get("/readyz")
+	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, `"isolation":"being checked"`) || !strings.Contains(body, "checking that agents can be confined") {
+		t.Fatalf("/readyz while the probe runs: %d %s %v, want 503 naming the check, isolation being checked", code, body, err)
+	}
+	select {
+	case err := <-ran:
+		t.Fatalf("Run returned while its probe was held: %v", err)
+	default:
+	}
+	os.Remove(hold)
+	if err := <-ran; !errors.Is(err, app.ErrNotConfinable) || !strings.Contains(err.Error(), "confines nothing") {
+		t.Fatalf("Run: %v, want the probe's failure", err)
 	}
 }
 

@@ -27,13 +27,13 @@ func (m *Main) openLauncher() error {
 				return fmt.Errorf("agent %q sets network, read_paths, write_paths or host_ports, which need isolation; drop --isolation=off or those settings", name)
 			}
 		}
-		m.isolation = "off"
+		m.setIsolation("off")
 		m.Logger.Warn("agents run unconfined, with the server user's rights (--isolation=off)")
 		return nil
 	case m.Isolation != "" && m.Isolation != "on":
 		return fmt.Errorf("--isolation %q: want on or off", m.Isolation)
 	case len(m.Agents) == 0:
-		m.isolation = "none needed: no agent processes"
+		m.setIsolation("none needed: no agent processes")
 		return nil
 	}
 	opts := m.Confine
@@ -57,7 +57,7 @@ func (m *Main) openLauncher() error {
 			return fmt.Errorf("agent %q: %v", name, err)
 		}
 	}
-	m.Launcher, m.isolation = l, l.Isolation()
+	m.Launcher = l
 	return nil
 }
 
@@ -84,10 +84,27 @@ func (m *Main) waitProbe(ctx context.Context) error {
 			return fmt.Errorf("%w: %v; pass --isolation=off (SPARKLES_ISOLATION=off) to run them unconfined, with the server user's rights", ErrNotConfinable, err)
 		}
 		if m.Launcher != nil {
-			m.Logger.Info("agents are confined", append([]any{"isolation", m.isolation}, m.Launcher.LogAttrs()...)...)
+			// Named only now: the limits are found by the probe's start
+			// (see confine.Launcher.cgroups).
+			m.setIsolation(m.Launcher.Isolation())
+			m.Logger.Info("agents are confined", append([]any{"isolation", m.isolationNow()}, m.Launcher.LogAttrs()...)...)
 		}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// isolationChecked is what /readyz names the confinement until the probe
+// passed: what confines agents, their limits included, is known then.
+const isolationChecked = "being checked"
+
+func (m *Main) setIsolation(s string) { m.isolation.Store(&s) }
+
+// isolationNow names what confines agents, for /readyz and the log.
+func (m *Main) isolationNow() string {
+	if s := m.isolation.Load(); s != nil {
+		return *s
+	}
+	return isolationChecked
 }

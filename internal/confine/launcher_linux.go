@@ -61,7 +61,8 @@ type Launcher struct {
 	protect []string // what no given path may contain
 	nproc   bool     // RLIMIT_NPROC counts per user namespace here
 	agentID int      // the uid and gid agents run as; 0: the server's own
-	cg      *cgroups // nil: the memory guard and rlimits
+	cgOnce  sync.Once
+	cg      *cgroups // nil: the memory guard and rlimits; set by cgroups
 	cgWhy   string   // why there are no cgroup limits
 	reasons sync.Map // *exec.Cmd → why its limits stopped it, from release to ExitReason
 
@@ -156,8 +157,17 @@ func Prepare(opts Options) (*Launcher, error) {
 		return nil, err
 	}
 	l.nproc = kernelAtLeast(5, 14)
-	l.cg, l.cgWhy = openCgroups()
 	return l, nil
+}
+
+// cgroups finds and readies the cgroups that limit agents, once, for the
+// first caller that needs them: the probe's start (which begins once the
+// server serves), or what names the limits. Prepare leaves them out: on
+// cgroup v1 the check makes and removes a cgroup in each hierarchy, a
+// millisecond or two of a cold start on its way to the first answer.
+func (l *Launcher) cgroups() (*cgroups, string) {
+	l.cgOnce.Do(func() { l.cg, l.cgWhy = openCgroups() })
+	return l.cg, l.cgWhy
 }
 
 // Probe starts the launcher once on a scratch sandbox and checks from
@@ -217,8 +227,8 @@ func (l *Launcher) Isolation() string {
 // limits names what bounds an agent's memory and its processes.
 func (l *Launcher) limits() (memory, procs string) {
 	memory = fmt.Sprintf("guard (polls every %s)", guardEvery)
-	if l.cg != nil {
-		memory, procs = l.cg.mechanism(), l.cg.procsMechanism()
+	if cg, _ := l.cgroups(); cg != nil {
+		memory, procs = cg.mechanism(), cg.procsMechanism()
 	}
 	switch {
 	case procs != "":
@@ -234,8 +244,8 @@ func (l *Launcher) limits() (memory, procs string) {
 func (l *Launcher) LogAttrs() []any {
 	mem, procs := l.limits()
 	attrs := []any{"landlock_abi", l.abi, "network", l.opts.Network, "memory_limit", mem, "procs_limit", procs}
-	if l.cg == nil {
-		attrs = append(attrs, "no_cgroup", l.cgWhy)
+	if cg, why := l.cgroups(); cg == nil {
+		attrs = append(attrs, "no_cgroup", why)
 	}
 	if len(l.opts.HostPorts) > 0 {
 		attrs = append(attrs, "host_ports", l.opts.HostPorts)

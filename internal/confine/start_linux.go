@@ -21,7 +21,8 @@ func (l *Launcher) start(cmd *exec.Cmd, sp spec) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	cg, err := l.cg.create(filepath.Base(sp.Sandbox), l.opts.MaxProcs, l.opts.MemoryMax)
+	cgs, _ := l.cgroups()
+	cg, err := cgs.create(filepath.Base(sp.Sandbox), l.opts.MaxProcs, l.opts.MemoryMax)
 	if err != nil {
 		l.opts.Logger.Warn("no cgroup for this agent: its memory guard bounds it", "err", err)
 	}

@@ -160,7 +160,7 @@ type Main struct {
 	Coordinator *coordinator.Coordinator
 	Server      *server.Server
 	Listener    net.Listener
-	Launcher    *confine.Launcher      // nil when agents run unconfined
+	Launcher    *confine.Launcher      // once the probe passed (Run returned); nil when agents run unconfined
 	isolation   atomic.Pointer[string] // what confines agents, for /readyz and the log (see isolationNow)
 	serveErr    chan error             // Serve's return, once
 	token       string                 // the server token, and the file it came from ("" when given)
@@ -217,24 +217,29 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 	}
 	m.token, m.tokenPath = token, tokenPath
-	// The launcher's checks of the options and the kernel are quick and
-	// do not need the store, whose open reads its file, so they run beside
-	// it; the cgroups that limit agents are found by the probe's start. Its probe runs two confined processes of this binary (tens of ms
-	// of CPU, more on a cold page cache), which would take the CPU from
-	// the server's own start: it begins once the server serves what its
-	// store holds. No agent starts until the probe passed (Start waits for
-	// it), /readyz says so meanwhile, and a probe that fails fails the
+	// What confines agents is settled here where it needs no kernel. Where
+	// they are confined, the launcher is prepared (its checks of the
+	// kernel, the paths and each agent's settings) and probed (two
+	// confined processes of this binary, tens of ms of CPU, more on a cold
+	// page cache) once the server serves what its store holds: on the way
+	// to the first answer they would take the CPU from the server's own
+	// start. No agent starts until both passed (the late launcher's Start
+	// waits), /readyz says so meanwhile, and a failure of either fails the
 	// start as it did before.
-	launched, probed := make(chan error, 1), make(chan error, 1)
+	late, err := m.planIsolation()
+	if err != nil {
+		return err
+	}
+	probed := make(chan error, 1)
 	go func() {
-		err := m.openLauncher()
-		launched <- err
-		if err == nil && m.Launcher != nil {
+		var err error
+		if late != nil {
 			if <-serving {
-				err = m.Launcher.Probe()
+				err = m.confineAgents()
 			} else {
 				err = errors.New("the server did not start")
 			}
+			late.settle(m.Launcher, err)
 		}
 		probed <- err
 	}()
@@ -248,18 +253,6 @@ func (m *Main) Run(ctx context.Context) error {
 	var storeErr error
 	if st == nil {
 		st, where, storeErr = m.openStore(ctx)
-	}
-	if err := <-launched; err != nil {
-		if storeErr == nil && m.Store == nil {
-			// Opened here for a start that does not happen: let go of it
-			// (and of the cluster a NATS store joined) before saying why.
-			if m.Cluster != nil {
-				m.Cluster.Close()
-				m.Cluster = nil
-			}
-			st.Close()
-		}
-		return err
 	}
 	if storeErr != nil {
 		return storeErr
@@ -287,7 +280,7 @@ func (m *Main) Run(ctx context.Context) error {
 		DataDir:         m.DataDir,
 		Agents:          m.Agents,
 		DefaultAgent:    m.DefaultAgent,
-		Launcher:        launcher(m.Launcher),
+		Launcher:        launcher(late),
 		BootTimeout:     m.BootTimeout,
 		TurnTimeout:     m.TurnTimeout,
 		ApprovalTimeout: m.ApprovalTimeout,

@@ -235,7 +235,7 @@ func (m *Main) Run(ctx context.Context) error {
 		var err error
 		if late != nil {
 			if <-serving {
-				err = m.confineAgents()
+				err = confine.Yielding(m.confineAgents)
 			} else {
 				err = errors.New("the server did not start")
 			}

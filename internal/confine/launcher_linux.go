@@ -187,6 +187,11 @@ const probeNice = 10
 // server's first answers.
 func (l *Launcher) probeYielding() error { return yielding(probeNice, l.probe) }
 
+// Yielding runs fn as the probe runs, on a thread of its own at probeNice:
+// for the server's confinement check (Prepare, then the probe), which runs
+// while the server answers its first requests and must yield them the CPU.
+func Yielding(fn func() error) error { return yielding(probeNice, fn) }
+
 // yielding runs fn on a thread of its own whose nice value is raised to
 // nice, which every process fn starts inherits. The thread is never
 // unlocked: it ends with the goroutine, after fn returned (a process

@@ -52,3 +52,6 @@ func (*Launcher) Start(*exec.Cmd, string, agent.Confinement) (func(), error) {
 
 // Main is never reached off Linux: nothing starts the launcher.
 func Main() { os.Exit(125) }
+
+// Yielding runs fn.
+func Yielding(fn func() error) error { return fn() }

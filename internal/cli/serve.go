@@ -76,11 +76,6 @@ func newServeCommand() *cli.Command {
 			&cli.BoolFlag{Name: "log-requests", EnvVars: []string{"SPARKLES_LOG_REQUESTS"}, Usage: "log every API request at info (without it they are logged at debug, and those answered 5xx at warn)"},
 		}, agentFlags()...),
 		Action: func(c *cli.Context) error {
-			if c.String("isolation") != "off" {
-				// The launcher's look for pasta reads the disk: it runs
-				// while the options are read and the store opens.
-				confine.LookAhead()
-			}
 			// So are the signal handlers installed (Run serves once they are).
 			ctx, stop, installed := signalContextAsync(c.Context)
 			defer stop()

@@ -112,11 +112,11 @@ func Prepare(opts Options) (*Launcher, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	// pasta is looked for on the PATH beside the checks below, or was
-	// since LookAhead: on a cold page cache each directory of the PATH is
-	// a read of the disk, and Prepare is on the way to the server's first
-	// answer.
-	pasta := pastaLookup()
+	// pasta is looked for on the PATH beside the checks below: on a cold
+	// page cache each directory of the PATH is a read of the disk. (serve
+	// prepares its launcher once it serves, so none of it delays the
+	// server's first answer.)
+	pasta := lookForPasta()
 	l := &Launcher{opts: opts, abi: landlockABI(), agentID: agentIDHere()}
 	if err := requireLandlock(l.abi); err != nil {
 		return nil, err

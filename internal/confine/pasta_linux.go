@@ -68,36 +68,6 @@ func pastaArgs(pidFile string, pid int) []string {
 // pastaFound is what findPasta found.
 type pastaFound struct{ path, why string }
 
-// A lookAhead is a look for pasta that LookAhead began on the PATH env.
-type lookAhead struct {
-	env   string
-	found chan pastaFound
-}
-
-// pastaAhead is the look LookAhead began; the first Prepare takes it.
-var pastaAhead atomic.Pointer[lookAhead]
-
-// LookAhead begins the part of Prepare's checks that reads the disk, the
-// look for pasta on the PATH, so that a Prepare called a little later
-// finds it done: serve calls it as its command begins, before its options
-// are read, its data dir checked and its store opened, and so the look
-// (2.5 ms with a cold page cache and a PATH of a dozen directories) is
-// off the way to the server's first answer. A Prepare that finds the PATH
-// changed since looks again.
-func LookAhead() {
-	pastaAhead.Store(&lookAhead{os.Getenv("PATH"), lookForPasta()})
-}
-
-// pastaLookup is the result of the look LookAhead began, or of one begun
-// now.
-func pastaLookup() <-chan pastaFound {
-	env := os.Getenv("PATH")
-	if a := pastaAhead.Swap(nil); a != nil && a.env == env {
-		return a.found
-	}
-	return lookForPasta()
-}
-
 // lookForPasta begins findPasta on a goroutine of its own; its result
 // comes on the channel.
 func lookForPasta() chan pastaFound {

@@ -155,8 +155,9 @@ func fuzzTranslate(t *testing.T, data []byte) {
 }
 
 // freeText are the data fields that carry text of the agent's making; the
-// agent may write anything there, even strings that look like its ids.
-var freeText = map[string]bool{"text": true, "title": true, "label": true, "path": true, "message": true}
+// agent may write anything there, even strings that look like its ids
+// (a plan entry's content included).
+var freeText = map[string]bool{"text": true, "title": true, "label": true, "path": true, "message": true, "content": true}
 
 func checkFuzzEvents(t *testing.T, evs []*sandbox.Event) {
 	allowed := map[string]bool{}

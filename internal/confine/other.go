@@ -36,7 +36,6 @@ func New(Options) (*Launcher, error) {
 	return nil, errors.New("agent confinement needs Linux (namespaces and Landlock)")
 }
 
-
 // Prepare fails as New does.
 func Prepare(opts Options) (*Launcher, error) { return New(opts) }
 

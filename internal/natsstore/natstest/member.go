@@ -135,7 +135,8 @@ func startMember(spec memberSpec) (*member, error) {
 	cmd.Env = append(os.Environ(), memberEnv+"="+string(b))
 	m := &member{cmd: cmd, stderr: &bytes.Buffer{}}
 	// The server's own race reports, if any, end here: they are
-	// nats-server's, not the code under test's (see Cluster).
+	// nats-server's, not the code under test's (see Cluster), and the
+	// test's log shows them once the server stopped.
 	cmd.Stderr = m.stderr
 	if m.in, err = cmd.StdinPipe(); err != nil {
 		return nil, err
@@ -153,11 +154,11 @@ func startMember(spec memberSpec) (*member, error) {
 		m.url = u
 		return m, nil
 	}
-	m.stop()
+	out := m.stop()
 	if err == nil {
 		err = errors.New(strings.TrimSpace(line))
 	}
-	return nil, fmt.Errorf("%s: %v", spec.Name, err)
+	return nil, fmt.Errorf("%s: %v%s", spec.Name, err, strings.TrimRight("\n"+out, "\n"))
 }
 
 // ask sends the server one question and returns its answer.
@@ -193,8 +194,10 @@ func (m *member) leads(name string) bool {
 	return err == nil && a == "true"
 }
 
-// stop ends the server's input, so it shuts down, and waits for it.
-func (m *member) stop() {
+// stop ends the server's input, so it shuts down, and waits for it; it
+// returns what the server wrote on its standard error.
+func (m *member) stop() string {
 	m.in.Close()
 	_ = m.cmd.Wait()
+	return m.stderr.String()
 }

@@ -226,10 +226,9 @@ func (c *Cluster) start(i int) error {
 
 // shutdown stops every server of the cluster and waits for each.
 func (c *Cluster) shutdown() {
-	for i, m := range c.members {
-		if m != nil {
-			m.stop()
-			c.members[i] = nil
+	for i := range c.members {
+		if c.members[i] != nil {
+			c.Stop(i)
 		}
 	}
 }
@@ -246,7 +245,9 @@ func (c *Cluster) Restart(i int) {
 
 // Stop shuts server i down and waits, as when its machine goes away.
 func (c *Cluster) Stop(i int) {
-	c.members[i].stop()
+	if out := c.members[i].stop(); out != "" {
+		c.tb.Logf("nats server %d wrote on its standard error (not a failure of this test):\n%s", i+1, out)
+	}
 	c.members[i] = nil
 }
 

@@ -64,6 +64,10 @@ type Config struct {
 	// (internal/bench/mercure), which the peer scenario measures Sparkles
 	// against; without it that scenario cannot run.
 	PeerMercure string
+	// MercureHub is the path of the Mercure hub as shipped (Caddy with
+	// the Mercure module, internal/bench/mercurehub): when set, the peer
+	// scenario's cold start is also timed against it.
+	MercureHub string
 }
 
 // Figure is one measured value.

@@ -15,11 +15,19 @@ import (
 
 // TestMain lets the test binary be the child server of the idle and stall
 // scenarios, and the flooding agent of the peer scenario's child server, as
-// `sparkles bench` is for the command.
+// `sparkles bench` is for the command; and a stand-in for the Mercure hub
+// (peer_hub_test.go).
 func TestMain(m *testing.M) {
 	if os.Getenv(EnvFloodAgent) != "" {
 		if err := RunFloodAgent(context.Background(), os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "bench flood agent:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if mode := os.Getenv(envTestHub); mode != "" {
+		if err := runTestHub(mode, os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench test hub:", err)
 			os.Exit(1)
 		}
 		os.Exit(0)

@@ -322,15 +322,7 @@ func (r *runner) timedStart(ctx context.Context, dir string) (*started, error) {
 		return nil, err
 	}
 	exited := make(chan struct{})
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
+	stop := func() { stopChild(cmd.Process, syscall.SIGTERM, exited) }
 	served := make(chan time.Time, 1)
 	passed := make(chan struct{})
 	tail := &tailBuffer{}
@@ -386,6 +378,18 @@ func (r *runner) timedStart(ctx context.Context, dir string) (*started, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// stopChild signals p with sig and waits until exited is closed; a
+// process that has not exited within 30 s is killed.
+func stopChild(p *os.Process, sig os.Signal, exited <-chan struct{}) {
+	_ = p.Signal(sig)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		_ = p.Kill()
+		<-exited
+	}
 }
 
 var firstPassLine = []byte(`msg="first retention pass"`)

@@ -88,6 +88,11 @@ func peerBinary(r *runner) error {
 	if _, err := os.Stat(r.cfg.PeerMercure); err != nil {
 		return fmt.Errorf("the peer scenario's mercure-peer binary: %w", err)
 	}
+	if r.cfg.MercureHub != "" {
+		if _, err := os.Stat(r.cfg.MercureHub); err != nil {
+			return fmt.Errorf("the peer scenario's Mercure hub: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -107,6 +112,8 @@ type pair struct {
 	// another pair measured against the same run: only the Sparkles
 	// value and the ratio are added.
 	mercureShown bool
+	// sparklesShown says the same of the Sparkles value.
+	sparklesShown bool
 }
 
 // addPair adds the two values and their ratio, sparkles/mercure. A Mercure
@@ -118,7 +125,9 @@ func (r *runner) addPair(p pair) {
 		}
 		return a + "; " + b
 	}
-	r.add(Figure{Name: p.name + ", sparkles", Value: p.sparkles, Unit: p.unit, Conditions: join(p.cond, p.sCond)})
+	if !p.sparklesShown {
+		r.add(Figure{Name: p.name + ", sparkles", Value: p.sparkles, Unit: p.unit, Conditions: join(p.cond, p.sCond)})
+	}
 	if !p.mercureShown {
 		r.add(Figure{Name: p.name + ", mercure", Value: p.mercure, Unit: p.unit, Conditions: join(p.cond, p.mCond)})
 	}

@@ -46,13 +46,28 @@ func peerStart(ctx context.Context, r *runner, mercureDB string) error {
 		return err
 	}
 	defer restore()
-	var sTook, sReady, mTook []time.Duration
-	var sMem, mMem procMem
-	for range pick(r, 15, 1) {
+	hubDir, hubCleanup, err := r.tempDir()
+	if err != nil {
+		return err
+	}
+	defer hubCleanup()
+	hub := r.cfg.MercureHub
+	if hub == "" {
+		r.logf("no --mercure-hub: the start of the Mercure hub as shipped (internal/bench/mercurehub) is not measured")
+	}
+	var sTook, sReady, mTook, hTook, sFloor, mFloor []time.Duration
+	var sMem, mMem, hMem procMem
+	// Each round starts every server once, then runs each binary once to
+	// its exit, each from a dropped page cache.
+	drop := func() error {
 		if cold {
-			if err := dropCaches(); err != nil {
-				return err
-			}
+			return dropCaches()
+		}
+		return nil
+	}
+	for range pick(r, 15, 1) {
+		if err := drop(); err != nil {
+			return err
 		}
 		s, err := r.timedStart(ctx, dir)
 		if err != nil {
@@ -60,16 +75,41 @@ func peerStart(ctx context.Context, r *runner, mercureDB string) error {
 		}
 		s.stop()
 		sTook, sReady, sMem = append(sTook, s.took), append(sReady, s.ready), s.mem
-		if cold {
-			if err := dropCaches(); err != nil {
-				return err
-			}
+		if err := drop(); err != nil {
+			return err
 		}
 		took, mem, err := timedPeerStart(ctx, r.cfg.PeerMercure, mercureDB)
 		if err != nil {
 			return fmt.Errorf("mercure: %w", err)
 		}
 		mTook, mMem = append(mTook, took), mem
+		if hub != "" {
+			if err := drop(); err != nil {
+				return err
+			}
+			took, mem, err := timedHubStart(ctx, hub, mercureDB, hubDir)
+			if err != nil {
+				return fmt.Errorf("the Mercure hub: %w", err)
+			}
+			hTook, hMem = append(hTook, took), mem
+		}
+		if len(r.cfg.ServeCommand) > 0 {
+			if err := drop(); err != nil {
+				return err
+			}
+			took, err := timedExit(ctx, []string{r.cfg.ServeCommand[0], "version"})
+			if err != nil {
+				return err
+			}
+			sFloor = append(sFloor, took)
+			if err := drop(); err != nil {
+				return err
+			}
+			if took, err = timedExit(ctx, []string{r.cfg.PeerMercure, "-h"}); err != nil {
+				return err
+			}
+			mFloor = append(mFloor, took)
+		}
 	}
 	name, how := "cold start", "page cache dropped before each start"
 	if !cold {
@@ -79,18 +119,35 @@ func peerStart(ctx context.Context, r *runner, mercureDB string) error {
 	if len(r.cfg.ServeCommand) > 0 {
 		server = "sparkles serve"
 	}
-	p := pair{name: fmt.Sprintf("%s on %s events", name, thousands(n)), unit: "ms",
+	sCond := fmt.Sprintf("%s on one sandbox whose agent process announced %s tool calls in one turn (events of %d bytes of data), then stopped cleanly: a %.1f MiB file; VmRSS %.1f MiB at the answer%s",
+		server, thousands(n), size, mib(sFile), mib(sMem.RSS), readyNote(&started{took: medianDuration(sTook), ready: medianDuration(sReady)}))
+	r.addPair(pair{name: fmt.Sprintf("%s on %s events", name, thousands(n)), unit: "ms",
 		sparkles: ms(medianDuration(sTook)), mercure: ms(medianDuration(mTook)),
-		cond: fmt.Sprintf("from the exec of the server's process to its first /healthz answer; %s; starts alternating, median of %d each; %s", how, len(sTook), spreadNote(sTook, mTook)),
-		sCond: fmt.Sprintf("%s on one sandbox whose agent process announced %s tool calls in one turn (events of %d bytes of data), then stopped cleanly: a %.1f MiB file; VmRSS %.1f MiB at the answer%s",
-			server, thousands(n), size, mib(sFile), mib(sMem.RSS), readyNote(&started{took: medianDuration(sTook), ready: medianDuration(sReady)})),
-		mCond: fmt.Sprintf("mercure-peer on the bolt file of the replay above: one topic of %s updates, a %.1f MiB file; VmRSS %.1f MiB at the answer",
+		cond:  fmt.Sprintf("from the exec of the server's process to its first /healthz answer; %s; starts alternating, median of %d each; %s", how, len(sTook), spreadNote(sTook, mTook)),
+		sCond: sCond,
+		mCond: fmt.Sprintf("mercure-peer, the hub's library alone behind a plain HTTP server, on the bolt file of the replay above: one topic of %s updates, a %.1f MiB file; VmRSS %.1f MiB at the answer; its bound is each binary's own start (the floor below)",
 			thousands(n), mib(mFile), mib(mMem.RSS)),
+	})
+	if hub != "" {
+		// What the issue of this figure measured Mercure by: the hub a
+		// user of Mercure starts, on the same file.
+		p := pair{name: fmt.Sprintf("%s on %s events, against the Mercure hub as shipped", name, thousands(n)), unit: "ms",
+			sparkles: ms(medianDuration(sTook)), mercure: ms(medianDuration(hTook)), sparklesShown: true,
+			cond:  fmt.Sprintf("from the exec of the server's process to its first /healthz answer; %s; starts alternating, median of %d each; %s", how, len(sTook), spreadNote(sTook, hTook)),
+			mCond: fmt.Sprintf("the Mercure hub as shipped (Caddy with the Mercure module, `mercure run` with a Caddyfile: the hub's site with its bolt transport on the same file as mercure-peer's, the admin endpoint, the saved configuration and automatic HTTPS off); VmRSS %.1f MiB at the answer", mib(hMem.RSS)),
+		}
+		if cold {
+			p.target = 1 // Sparkles no slower than Mercure
+		}
+		r.addPair(p)
 	}
-	if cold {
-		p.target = 1 // Sparkles no slower than Mercure
+	if len(sFloor) > 0 {
+		r.addPair(pair{name: fmt.Sprintf("%s of the binary alone, to its exit (floor)", name), unit: "ms",
+			sparkles: ms(medianDuration(sFloor)), mercure: ms(medianDuration(mFloor)),
+			cond:  fmt.Sprintf("from the exec to the exit; %s; in the same rounds as the starts, median of %d each; %s", how, len(sFloor), spreadNote(sFloor, mFloor)),
+			sCond: "sparkles version", mCond: "mercure-peer -h",
+		})
 	}
-	r.addPair(p)
 	return nil
 }
 

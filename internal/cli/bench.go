@@ -27,6 +27,7 @@ func newBenchCommand() *cli.Command {
 			&cli.StringFlag{Name: "dir", EnvVars: []string{"SPARKLES_BENCH_DIR"}, Usage: "directory of the store files, on the disk to measure (default: the system's temp dir)"},
 			&cli.StringFlag{Name: "profile", EnvVars: []string{"SPARKLES_BENCH_PROFILE"}, Usage: "write pprof profiles of each scenario into this directory"},
 			&cli.StringFlag{Name: "peer-mercure", EnvVars: []string{"SPARKLES_BENCH_PEER_MERCURE"}, Usage: "the mercure-peer binary that the peer scenario measures against (internal/bench/mercure/run builds it and runs the scenario)"},
+			&cli.StringFlag{Name: "mercure-hub", EnvVars: []string{"SPARKLES_BENCH_MERCURE_HUB"}, Usage: "the Mercure hub as shipped (Caddy with the Mercure module: internal/bench/mercurehub builds it), whose cold start the peer scenario also measures against"},
 			// The idle, stall and fanout scenarios run a server in a child
 			// process: this binary again, told so by the environment.
 			&cli.StringFlag{Name: "child", EnvVars: []string{bench.EnvChild}, Hidden: true},
@@ -61,6 +62,7 @@ func newBenchCommand() *cli.Command {
 				Log:          os.Stderr,
 				ProfileDir:   c.String("profile"),
 				PeerMercure:  c.String("peer-mercure"),
+				MercureHub:   c.String("mercure-hub"),
 			})
 			if rep != nil {
 				write := rep.WriteTable

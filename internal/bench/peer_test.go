@@ -215,6 +215,18 @@ func TestAddPairMercureShown(t *testing.T) {
 	}
 }
 
+func TestAddPairSparklesShown(t *testing.T) {
+	r := &runner{name: "peer"}
+	r.addPair(pair{name: "cold start, against the hub", unit: "ms", sparkles: 40, mercure: 120, sparklesShown: true, target: 1})
+	if got, want := len(r.figures), 2; got != want {
+		t.Fatalf("%d figures, want %d (the Sparkles value is another pair's): %+v", got, want, r.figures)
+	}
+	if m, ratio := r.figures[0], r.figures[1]; !strings.HasSuffix(m.Name, ", mercure") || m.Value != 120 ||
+		!strings.HasSuffix(ratio.Name, ", sparkles/mercure") || ratio.Value != 40.0/120 || ratio.Met == nil || !*ratio.Met {
+		t.Fatalf("figures %+v", r.figures)
+	}
+}
+
 func TestFloodUpdate(t *testing.T) {
 	ids := map[string]bool{}
 	for i := range 3 * floodTools {

@@ -346,16 +346,12 @@ func (r *runner) timedStart(ctx context.Context, dir string) (*started, error) {
 		_, _ = io.Copy(io.Discard, stderr)
 		_ = cmd.Wait()
 	}()
-	a := "127.0.0.1:" + port
-	for healthz(ctx, a) != nil {
-		select {
-		case <-exited:
+	if err := untilHealthy(ctx, "127.0.0.1:"+port, exited); err != nil {
+		if errors.Is(err, errExited) {
 			return nil, fmt.Errorf("sparkles serve exited before serving: %s", tail)
-		case <-ctx.Done():
-			stop()
-			return nil, ctx.Err()
-		case <-time.After(time.Millisecond):
 		}
+		stop()
+		return nil, err
 	}
 	took := time.Since(start)
 	var ready time.Duration
@@ -417,6 +413,24 @@ func (s *started) settle(ctx context.Context) error {
 	case <-time.After(10 * time.Minute):
 		return errors.New("no first retention pass within 10 minutes")
 	}
+}
+
+// errExited is untilHealthy's error for a server that exited first.
+var errExited = errors.New("exited before serving")
+
+// untilHealthy asks addr for /healthz every millisecond until it answers
+// 200, or the server exits (exited closes: errExited), or ctx ends.
+func untilHealthy(ctx context.Context, addr string, exited <-chan struct{}) error {
+	for healthz(ctx, addr) != nil {
+		select {
+		case <-exited:
+			return errExited
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // healthz asks a server at addr for /healthz once.

@@ -90,7 +90,7 @@ func peerBinary(r *runner) error {
 	}
 	if r.cfg.MercureHub != "" {
 		if _, err := os.Stat(r.cfg.MercureHub); err != nil {
-			return fmt.Errorf("the peer scenario's Mercure hub: %w", err)
+			return fmt.Errorf("the peer scenario's Mercure hub: %w; build it with `cd internal/bench/mercurehub && go build -o mercure .` and pass its path to --mercure-hub", err)
 		}
 	}
 	return nil

@@ -89,14 +89,11 @@ func timedHubStart(ctx context.Context, path, db, dir string) (time.Duration, pr
 		_ = cmd.Wait()
 	}()
 	defer stopChild(cmd.Process, syscall.SIGINT, exited)
-	for healthz(ctx, addr) != nil {
-		select {
-		case <-exited:
+	if err := untilHealthy(ctx, addr, exited); err != nil {
+		if errors.Is(err, errExited) {
 			return 0, procMem{}, fmt.Errorf("the Mercure hub exited before serving: %s", tail)
-		case <-ctx.Done():
-			return 0, procMem{}, ctx.Err()
-		case <-time.After(time.Millisecond):
 		}
+		return 0, procMem{}, err
 	}
 	took := time.Since(start)
 	mem, err := readProcMem(cmd.Process.Pid)
@@ -111,14 +108,8 @@ func timedExit(ctx context.Context, argv []string) (time.Duration, error) {
 	out := &tailBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()
-	err := cmd.Run()
-	took := time.Since(start)
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return 0, fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, out)
-		}
-		return 0, err
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, out)
 	}
-	return took, nil
+	return time.Since(start), nil
 }

@@ -119,3 +119,13 @@ func TestTimedExit(t *testing.T) {
 		t.Fatalf("err = %v, want the exit with its output", err)
 	}
 }
+
+// A Mercure hub that is not where --mercure-hub says stops the scenario
+// before it measures anything, saying how to build one.
+func TestPeerHubMissing(t *testing.T) {
+	_, err := Run(context.Background(), Config{Scenarios: []string{"peer-store"}, Short: true, Dir: t.TempDir(), ChildCommand: []string{os.Args[0]},
+		PeerMercure: os.Args[0], MercureHub: filepath.Join(t.TempDir(), "mercure")})
+	if err == nil || !strings.Contains(err.Error(), "go build -o mercure") || !strings.Contains(err.Error(), "--mercure-hub") {
+		t.Fatalf("err = %v, want one that says how to build the hub and pass it", err)
+	}
+}

@@ -46,14 +46,15 @@ func peerStart(ctx context.Context, r *runner, mercureDB string) error {
 		return err
 	}
 	defer restore()
-	hubDir, hubCleanup, err := r.tempDir()
-	if err != nil {
-		return err
-	}
-	defer hubCleanup()
-	hub := r.cfg.MercureHub
+	hub, hubDir := r.cfg.MercureHub, ""
 	if hub == "" {
 		r.logf("no --mercure-hub: the start of the Mercure hub as shipped (internal/bench/mercurehub) is not measured")
+	} else {
+		var cleanup func()
+		if hubDir, cleanup, err = r.tempDir(); err != nil {
+			return err
+		}
+		defer cleanup()
 	}
 	var sTook, sReady, mTook, hTook, sFloor, mFloor []time.Duration
 	var sMem, mMem, hMem procMem

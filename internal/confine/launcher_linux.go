@@ -197,8 +197,17 @@ func Yielding(fn func() error) error { return yielding(probeNice, fn) }
 // unlocked: it ends with the goroutine, after fn returned (a process
 // started with Pdeathsig is tied to the thread that started it, so fn
 // must wait for its processes), and no other goroutine ever runs at its
-// priority.
+// priority. Called on a thread at that nice value already (Yielding's fn
+// probing the launcher, or a server started niced), it runs fn there,
+// held to that thread until fn returns, instead of on another.
 func yielding(nice int, fn func() error) error {
+	runtime.LockOSThread()
+	// getpriority answers 20 minus the thread's nice value.
+	if prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, syscall.Gettid()); err == nil && 20-prio >= nice {
+		defer runtime.UnlockOSThread()
+		return fn()
+	}
+	runtime.UnlockOSThread()
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()

@@ -3,6 +3,7 @@ package confine
 import (
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -34,5 +35,29 @@ func TestYieldingRaisesOnlyItsProcesses(t *testing.T) {
 		if got := niceOf(t); got != before {
 			t.Fatalf("a process started after the probe runs at nice %s, want %s as before it", got, before)
 		}
+	}
+}
+
+// A yielding call inside another (the server's confinement check, which
+// yields, runs the probe, which yields too) runs on the thread the outer
+// one holds, at the same nice value, instead of starting a thread more.
+func TestYieldingNested(t *testing.T) {
+	var outer, inner int
+	var inside string
+	err := yielding(probeNice, func() error {
+		outer = syscall.Gettid()
+		return yielding(probeNice, func() error {
+			inner, inside = syscall.Gettid(), niceOf(t)
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outer == syscall.Gettid() {
+		t.Fatal("the outer call ran on the caller's thread")
+	}
+	if inner != outer || inside != "10" {
+		t.Fatalf("the inner call ran on thread %d at nice %s, want the outer's %d at 10", inner, inside, outer)
 	}
 }

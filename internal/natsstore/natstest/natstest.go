@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -139,14 +138,14 @@ func RunCluster(tb testing.TB, n int) *Cluster {
 	// Another test may take one meanwhile, and the server that wanted it
 	// never listens: the cluster is then made again on other ports.
 	for attempt := 1; ; attempt++ {
-		routes := make([]string, n)
+		addrs, routes := make([]string, n), make([]string, n)
 		for i := range routes {
-			routes[i] = "nats-route://" + freeAddr(tb)
+			addrs[i] = freeAddr(tb)
+			routes[i] = "nats-route://" + addrs[i]
 		}
 		c.specs, c.members, c.urls = nil, make([]*member, n), make([]string, n)
 		for i := range n {
-			u, _ := url.Parse(routes[i])
-			_, port, _ := net.SplitHostPort(u.Host)
+			_, port, _ := net.SplitHostPort(addrs[i])
 			cport, _ := strconv.Atoi(port)
 			c.specs = append(c.specs, memberSpec{Name: fmt.Sprintf("s%d", i+1), ClusterPort: cport, Routes: routes, StoreDir: tb.TempDir()})
 		}
